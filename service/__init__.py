@@ -1,0 +1,1 @@
+"""agentstream: streams an LLM agent's work live over SSE and WebSocket."""

@@ -1,0 +1,42 @@
+"""``python -m service`` (and the ``agentstream`` console script): start the service."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from aiohttp import web
+
+from service.config import SettingsError, load_settings
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse ``--host``/``--port``, validate the settings, and serve until stopped."""
+    parser = argparse.ArgumentParser(prog="agentstream", description=__doc__)
+    parser.add_argument("--host", help="address to listen on (overrides AGENT_HOST)")
+    parser.add_argument("--port", type=int, help="port to listen on (overrides AGENT_PORT)")
+    args = parser.parse_args(argv)
+    overrides = {key: value for key, value in (("host", args.host), ("port", args.port)) if value is not None}
+    try:
+        settings = load_settings(**overrides)
+    except SettingsError as error:
+        print(f"agentstream: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+    from service.app import create_app
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    web.run_app(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        handler_cancellation=True,
+        shutdown_timeout=settings.shutdown_timeout_s,
+        access_log=None,
+        print=lambda message: print(message.replace("http://", f"agentstream ({settings.provider}) on http://"), flush=True),
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,215 @@
+"""The agent loop: model, then tools, then model again, told as canonical events.
+
+A plain class: it knows a provider (raw stream + parser), a tool executor and the
+conversation, and nothing of HTTP. The conversation stays in Bedrock's message format: the
+assistant message with its toolUse blocks, then a user message with the toolResult blocks
+(``status: error`` for a failed tool). The conversation is only extended at consistent points,
+so a cancelled or failed query never leaves a toolUse without its result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import Any
+
+from service.agent.parsers import PendingToolUse, TurnResult
+from service.agent.tools import ToolExecutor, ToolOutcome
+from service.core.events import (
+    Event,
+    RunDone,
+    RunError,
+    ToolCall,
+    ToolExecuting,
+    ToolResult,
+    TurnCompleted,
+    Usage,
+)
+from service.errors import ModelStreamError, ProviderError
+from service.providers.base import ModelProvider, ModelRequest
+
+
+class AgentLoop:
+    """Runs one query against a model with tools, yielding events that end with done or error."""
+
+    def __init__(
+        self,
+        provider: ModelProvider,
+        tools: ToolExecutor,
+        *,
+        system_prompt: str = "",
+        max_tokens: int = 4096,
+        throttle_retries: int = 2,
+        backoff_s: float = 0.5,
+    ) -> None:
+        self.provider = provider
+        self.tools = tools
+        self.system_prompt = system_prompt
+        self.max_tokens = max_tokens
+        self.throttle_retries = throttle_retries
+        self.backoff_s = backoff_s
+
+    async def run(self, messages: list[dict[str, Any]], user_text: str, max_turns: int) -> AsyncIterator[Event]:
+        """Append ``user_text`` to ``messages`` and work until end of turn, max tokens or max turns."""
+        messages.append({"role": "user", "content": [{"text": user_text}]})
+        total = Usage()
+        tool_calls: list[ToolCall] = []
+        turn = 0
+        while True:
+            if turn >= max_turns:
+                yield RunDone(
+                    turns=turn,
+                    tool_calls=tool_calls,
+                    usage=total,
+                    stop_reason="max_turns",
+                    max_turns_reached=True,
+                )
+                return
+            turn += 1
+            request = ModelRequest(
+                messages=messages,
+                system=self.system_prompt,
+                tool_specs=tuple(self.tools.specs()),
+                max_tokens=self.max_tokens,
+            )
+            result: TurnResult | None = None
+            parser = None
+            try:
+                for attempt in range(self.throttle_retries + 1):
+                    parser = self.provider.new_parser(turn)
+                    emitted = False
+                    try:
+                        async with aclosing(self.provider.stream(request)) as stream:
+                            async for raw in stream:
+                                for event in parser.feed(raw):
+                                    emitted = True
+                                    yield event
+                        result = parser.result()
+                        break
+                    except ModelStreamError as error:
+                        # botocore already retried what failed before the stream; here only
+                        # throttling is retried, and only when the client saw none of the
+                        # turn yet: a replayed half-answer would show twice.
+                        if error.code != "throttlingException" or emitted or attempt == self.throttle_retries:
+                            raise
+                        await asyncio.sleep(self.backoff_s * (2**attempt) * (0.5 + random.random()))
+            except ProviderError as error:
+                _close_conversation(messages, parser)
+                yield RunError(
+                    error=str(error),
+                    code=error.code,
+                    turns=turn,
+                    recoverable=error.retryable,
+                    usage=total,
+                )
+                return
+            except BaseException:
+                _close_conversation(messages, parser)
+                raise
+            assert result is not None
+            total = total + result.usage
+            yield TurnCompleted(
+                turn=turn,
+                stop_reason=result.stop_reason,
+                usage=result.usage,
+                total_usage=total,
+                latency_ms=result.latency_ms,
+            )
+            if result.stop_reason == "tool_use" and result.tool_uses:
+                outcomes: dict[str, ToolOutcome] = {}
+                try:
+                    async for event in self._run_tools(result.tool_uses, turn, outcomes):
+                        yield event
+                except BaseException:
+                    _close_conversation(messages, parser)
+                    raise
+                messages.append(result.message)
+                messages.append(
+                    {
+                        "role": "user",
+                        "content": [_tool_result_block(outcomes[use.tool_use_id]) for use in result.tool_uses],
+                    }
+                )
+                tool_calls.extend(
+                    ToolCall(
+                        tool=use.tool,
+                        input=use.input,
+                        tool_use_id=use.tool_use_id,
+                        is_error=outcomes[use.tool_use_id].is_error,
+                    )
+                    for use in result.tool_uses
+                )
+                continue
+            messages.append(_assistant_message(result))
+            yield RunDone(
+                turns=turn,
+                tool_calls=tool_calls,
+                usage=total,
+                stop_reason=result.stop_reason,
+                truncated=result.stop_reason == "max_tokens",
+            )
+            return
+
+    async def _run_tools(
+        self, uses: list[PendingToolUse], turn: int, outcomes: dict[str, ToolOutcome]
+    ) -> AsyncIterator[Event]:
+        """Run the turn's tool uses concurrently; results are told as they come."""
+        runnable = []
+        for use in uses:
+            yield ToolExecuting(tool=use.tool, tool_use_id=use.tool_use_id, turn=turn)
+            if use.input_error:
+                outcomes[use.tool_use_id] = ToolOutcome(
+                    tool=use.tool,
+                    tool_use_id=use.tool_use_id,
+                    input=use.input,
+                    result=use.input_error,
+                    is_error=True,
+                    duration_ms=0.0,
+                )
+                yield _result_event(outcomes[use.tool_use_id], turn)
+            else:
+                runnable.append((use.tool, use.tool_use_id, use.input))
+        if runnable:
+            async with aclosing(self.tools.run_all(runnable)) as results:
+                async for outcome in results:
+                    outcomes[outcome.tool_use_id] = outcome
+                    yield _result_event(outcome, turn)
+
+
+def _result_event(outcome: ToolOutcome, turn: int) -> ToolResult:
+    return ToolResult(
+        tool=outcome.tool,
+        tool_use_id=outcome.tool_use_id,
+        result=outcome.result,
+        is_error=outcome.is_error,
+        turn=turn,
+    )
+
+
+def _tool_result_block(outcome: ToolOutcome) -> dict[str, Any]:
+    block: dict[str, Any] = {
+        "toolUseId": outcome.tool_use_id,
+        "content": [{"text": outcome.result}],
+    }
+    if outcome.is_error:
+        block["status"] = "error"
+    return {"toolResult": block}
+
+
+def _assistant_message(result: TurnResult) -> dict[str, Any]:
+    content = [block for block in result.message.get("content", []) if "toolUse" not in block]
+    if not content:
+        # Bedrock wants every assistant message to hold something.
+        content = [{"text": result.text or "(no answer)"}]
+    return {"role": "assistant", "content": content}
+
+
+def _close_conversation(messages: list[dict[str, Any]], parser: Any) -> None:
+    """After a failed or cancelled turn, keep what the user saw of the answer, if anything."""
+    text = ""
+    if parser is not None:
+        text = parser.text_so_far()
+    if text.strip():
+        messages.append({"role": "assistant", "content": [{"text": text}]})

@@ -1,0 +1,156 @@
+"""The application factory: settings in, a wired ``aiohttp.web.Application`` out.
+
+Background resources (the embedded emulator, the provider's threads, the loop-lag monitor)
+are owned by one ``cleanup_ctx`` generator; ``on_shutdown`` ends every run so that open
+streams get their terminal event and close before the server stops.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from service.agent.loop import AgentLoop
+from service.agent.tools import Tool, ToolExecutor, builtin_tools
+from service.config import Settings, load_settings
+from service.core.runs import RunManager
+from service.core.sessions import MemorySessionStore, SessionStore
+from service.core.log import MemoryEventLog
+from service.monitor import LoopLagMonitor
+from service.providers.base import ModelProvider
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Services:
+    """Everything a transport needs, in one typed place."""
+
+    settings: Settings
+    sessions: SessionStore
+    runs: RunManager
+    agent: AgentLoop
+    tools: ToolExecutor
+    monitor: LoopLagMonitor
+    provider: ModelProvider | None = None
+    emulator: Any = None
+    streams: weakref.WeakSet[web.StreamResponse] = field(default_factory=weakref.WeakSet)
+
+
+SERVICES = web.AppKey("services", Services)
+
+
+class _LateProvider:
+    """Stands for the provider until ``cleanup_ctx`` has made it (the emulator must start first)."""
+
+    name = "pending"
+
+    def __init__(self) -> None:
+        self.target: ModelProvider | None = None
+
+    def __getattr__(self, item: str) -> Any:
+        if self.target is None:
+            raise RuntimeError("the model provider is not started yet")
+        return getattr(self.target, item)
+
+
+def make_provider(settings: Settings, emulator_url: str | None = None) -> ModelProvider:
+    """The provider the settings ask for."""
+    from service.providers.bedrock import BedrockProvider
+
+    common: dict[str, Any] = {
+        "model_id": settings.model_id,
+        "max_concurrent_runs": settings.max_concurrent_runs,
+        "max_attempts": settings.bedrock_max_attempts,
+        "read_timeout": settings.bedrock_read_timeout_s,
+    }
+    if settings.provider == "emulator":
+        assert emulator_url is not None
+        return BedrockProvider(
+            **common,
+            endpoint_url=emulator_url,
+            region_name="us-east-1",
+            credentials={"aws_access_key_id": "emulator", "aws_secret_access_key": "emulator"},
+        )
+    if settings.provider == "bedrock":
+        return BedrockProvider(**common)
+    raise web.HTTPNotImplemented(reason=f"provider {settings.provider!r} is not available yet")
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    tools: Iterable[Tool] = (),
+    provider: ModelProvider | None = None,
+) -> web.Application:
+    """Build the application; ``tools`` are offered beside the built-in ones."""
+    from service.transports import http, sse
+
+    settings = settings or load_settings()
+    executor = ToolExecutor([*builtin_tools(), *tools], timeout=settings.tool_timeout_s)
+    late = _LateProvider()
+    agent = AgentLoop(
+        late,  # type: ignore[arg-type]
+        executor,
+        system_prompt=settings.system_prompt,
+        max_tokens=settings.max_tokens,
+        throttle_retries=settings.throttle_retries,
+        backoff_s=settings.throttle_backoff_s,
+    )
+    sessions = MemorySessionStore(lambda: MemoryEventLog(settings.session_events_max_bytes))
+    services = Services(
+        settings=settings,
+        sessions=sessions,
+        runs=RunManager(agent, default_max_turns=settings.max_turns, max_concurrent=settings.max_concurrent_runs),
+        agent=agent,
+        tools=executor,
+        monitor=LoopLagMonitor(),
+    )
+
+    app = web.Application(
+        client_max_size=settings.max_request_bytes,
+        middlewares=[http.error_middleware],
+    )
+    app[SERVICES] = services
+
+    async def resources(app: web.Application) -> AsyncIterator[None]:
+        emulator = None
+        made = provider
+        if made is None:
+            if settings.provider == "emulator":
+                from service.emulator import EmbeddedEmulator, EmulatorConfig
+
+                emulator = EmbeddedEmulator(
+                    EmulatorConfig(
+                        ttft_ms=settings.emulator_ttft_ms,
+                        tokens_per_second=settings.emulator_tokens_per_second,
+                    )
+                ).start()
+                services.emulator = emulator
+            made = make_provider(settings, emulator.url if emulator else None)
+        late.target = made
+        services.provider = made
+        agent.provider = made
+        services.monitor.start()
+        try:
+            yield
+        finally:
+            await services.monitor.stop()
+            await made.close()
+            if emulator is not None:
+                emulator.stop()
+
+    async def on_shutdown(app: web.Application) -> None:
+        # Every run writes its terminal event, so each open stream sends it and closes.
+        await services.runs.shutdown()
+
+    app.cleanup_ctx.append(resources)
+    app.on_shutdown.append(on_shutdown)
+    http.add_routes(app)
+    sse.add_routes(app)
+    return app

@@ -1,0 +1,88 @@
+"""Settings, read from the environment with the prefix ``AGENT_`` and validated at start.
+
+A bad value stops the start with a message that names the variable (see :func:`load_settings`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+DEFAULT_MODEL_ID = "us.anthropic.claude-3-5-haiku-20241022-v1:0"
+
+CommaList = Annotated[list[str], NoDecode]
+
+
+class Settings(BaseSettings):
+    """Every setting of the service; environment variable = ``AGENT_`` + the field name in capitals."""
+
+    model_config = SettingsConfigDict(env_prefix="AGENT_", extra="ignore", validate_default=True)
+
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    provider: Literal["emulator", "bedrock", "openai"] = "emulator"
+    model_id: str = Field(DEFAULT_MODEL_ID, min_length=1)
+    max_turns: int = Field(10, ge=1, le=100)
+    max_concurrent_runs: int = Field(256, ge=1, le=10_000)
+    max_tokens: int = Field(4096, ge=1, le=200_000)
+    system_prompt: str = (
+        "You are a helpful assistant. Use the calculator tool for arithmetic."
+    )
+    openai_base_url: str = ""
+    openai_api_key: str = ""
+    session_events_max_bytes: int = Field(10 * 1024 * 1024, ge=1024)
+    redis_url: str = ""
+    api_keys: CommaList = Field(default_factory=list)
+    allowed_origins: CommaList = Field(default_factory=list)
+    mcp_servers: CommaList = Field(default_factory=list)
+    tool_timeout_s: float = Field(30.0, gt=0, le=3600)
+    max_request_bytes: int = Field(1024 * 1024, ge=1024)
+    max_message_chars: int = Field(100_000, ge=1)
+    throttle_retries: int = Field(2, ge=0, le=10)
+    throttle_backoff_s: float = Field(0.5, ge=0, le=60)
+    bedrock_max_attempts: int = Field(3, ge=1, le=10)
+    bedrock_read_timeout_s: float = Field(120.0, gt=0)
+    shutdown_timeout_s: float = Field(10.0, ge=0)
+    emulator_ttft_ms: float = Field(150.0, ge=0)
+    emulator_tokens_per_second: float = Field(40.0, ge=0)
+    sse_ping_interval_s: float = Field(15.0, gt=0)
+
+    @field_validator("api_keys", "allowed_origins", "mcp_servers", mode="before")
+    @classmethod
+    def _split_commas(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @model_validator(mode="after")
+    def _openai_needs_url(self) -> Settings:
+        if self.provider == "openai" and not self.openai_base_url:
+            raise ValueError("AGENT_OPENAI_BASE_URL is required when AGENT_PROVIDER=openai")
+        return self
+
+
+class SettingsError(Exception):
+    """Raised when the environment holds a bad setting; the message names the variable."""
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    """Turn pydantic's report into lines such as ``AGENT_PORT: Input should be a valid integer``."""
+    lines = []
+    for item in error.errors():
+        names = [str(part) for part in item.get("loc", ()) if isinstance(part, str)]
+        variable = "AGENT_" + names[0].upper() if names else "settings"
+        message = item.get("msg", "invalid value")
+        given = item.get("input")
+        shown = f" (got {given!r})" if names and isinstance(given, (str, int, float)) else ""
+        lines.append(f"{variable}: {message}{shown}")
+    return "invalid settings:\n  " + "\n  ".join(lines)
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read the settings from the environment; raise :class:`SettingsError` naming a bad variable."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as error:
+        raise SettingsError(describe_validation_error(error)) from None

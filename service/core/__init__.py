@@ -1,0 +1,1 @@
+"""The event core: canonical events, event logs, sessions and runs. No transport, no provider."""

@@ -1,0 +1,190 @@
+"""Canonical events: the one shape every provider produces and every transport projects.
+
+A run of the agent is told as a sequence of these events. They are appended to a session's
+event log, which gives each one an integer id; transports turn them into their wire dialect
+with the pure functions in ``service.transports.dialects``.
+
+Events are immutable pydantic models with a ``type`` discriminator, so a log stored outside the
+process (Redis) can rebuild them with :data:`EVENT_ADAPTER`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+
+class Usage(BaseModel):
+    """Token usage, always named the same way on every wire."""
+
+    model_config = ConfigDict(frozen=True)
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+        )
+
+
+class ToolCall(BaseModel):
+    """A finished tool call as reported in a run's summary."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tool: str
+    input: Any
+    tool_use_id: str
+    is_error: bool = False
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class RunStarted(_Event):
+    """A query began: the user's message is about to go to the model."""
+
+    type: Literal["run_started"] = "run_started"
+    run_id: str
+    message: str
+    max_turns: int
+
+
+class TextDelta(_Event):
+    """A piece of the assistant's answer."""
+
+    type: Literal["text_delta"] = "text_delta"
+    text: str
+    turn: int = 1
+
+
+class ReasoningDelta(_Event):
+    """A piece of the model's reasoning, for models that expose it."""
+
+    type: Literal["reasoning_delta"] = "reasoning_delta"
+    text: str
+    turn: int = 1
+
+
+class ToolUseStart(_Event):
+    """The model began a tool-use block."""
+
+    type: Literal["tool_use_start"] = "tool_use_start"
+    tool: str
+    tool_use_id: str
+    turn: int = 1
+
+
+class ToolInputDelta(_Event):
+    """A fragment of a tool use's JSON input, as the model streams it."""
+
+    type: Literal["tool_input_delta"] = "tool_input_delta"
+    tool_use_id: str
+    delta: str
+    turn: int = 1
+
+
+class ToolUse(_Event):
+    """A tool-use block is complete and its input parsed."""
+
+    type: Literal["tool_use"] = "tool_use"
+    tool: str
+    tool_use_id: str
+    input: Any
+    turn: int = 1
+
+
+class ToolExecuting(_Event):
+    """A tool started running."""
+
+    type: Literal["tool_executing"] = "tool_executing"
+    tool: str
+    tool_use_id: str
+    turn: int = 1
+
+
+class ToolResult(_Event):
+    """A tool finished; ``is_error`` marks a failure the model is told about."""
+
+    type: Literal["tool_result"] = "tool_result"
+    tool: str
+    tool_use_id: str
+    result: str
+    is_error: bool = False
+    turn: int = 1
+
+
+class TurnCompleted(_Event):
+    """One model turn ended: its stop reason, its usage and the running total."""
+
+    type: Literal["turn_completed"] = "turn_completed"
+    turn: int
+    stop_reason: str
+    usage: Usage
+    total_usage: Usage
+    latency_ms: int | None = None
+
+
+class RunDone(_Event):
+    """The query finished; always the last event of a query that did not fail."""
+
+    type: Literal["done"] = "done"
+    turns: int
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    stop_reason: str = "end_turn"
+    truncated: bool = False
+    max_turns_reached: bool = False
+    cancelled: bool = False
+
+
+class RunError(_Event):
+    """The query failed; the last event of that query."""
+
+    type: Literal["error"] = "error"
+    error: str
+    code: str = "internal_error"
+    turns: int = 0
+    recoverable: bool = False
+    usage: Usage = Field(default_factory=Usage)
+
+
+class StatusChange(_Event):
+    """The session's status changed (idle, running, cancelled, ...)."""
+
+    type: Literal["status_change"] = "status_change"
+    status: str
+
+
+Event = Annotated[
+    Union[
+        RunStarted,
+        TextDelta,
+        ReasoningDelta,
+        ToolUseStart,
+        ToolInputDelta,
+        ToolUse,
+        ToolExecuting,
+        ToolResult,
+        TurnCompleted,
+        RunDone,
+        RunError,
+        StatusChange,
+    ],
+    Field(discriminator="type"),
+]
+
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+TERMINAL_TYPES = frozenset({"done", "error"})
+
+
+def is_terminal(event: _Event) -> bool:
+    """True for the event that ends a query (``done`` or ``error``)."""
+    return getattr(event, "type", None) in TERMINAL_TYPES

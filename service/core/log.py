@@ -1,0 +1,157 @@
+"""Event logs: one append-only, byte-bounded log of canonical events per session.
+
+Contract of :class:`EventLog` (every implementation, in memory or on Redis Streams, keeps it):
+
+- ``append`` gives the event the next integer id (1, 2, 3, ...; never reused) and stores it.
+  New events are always stored; when the log is over its byte bound the oldest go first.
+- ``read(after_id)`` returns the kept events with an id above ``after_id``; if some of those
+  were purged it raises :class:`~service.errors.EventsPurged` (or, with ``strict=False``, starts
+  at the oldest kept one).
+- ``subscribe(after_id)`` is an async iterator of *batches* (lists of entries, in id order):
+  first everything kept after ``after_id``, then each new append as it happens. Each subscriber
+  reads at its own pace from the log itself, so a slow one never slows the writer or the others
+  and costs no memory beyond the log's bound; one that falls behind the purge horizon gets
+  ``EventsPurged``. The iterator ends once the log is closed and the subscriber has read all.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from service.core.events import Event
+from service.errors import EventsPurged
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """An event as stored: its id, the event, and its size in bytes (its JSON)."""
+
+    id: int
+    event: Event
+    size: int
+
+
+class EventLog(abc.ABC):
+    """The interface every event log implements (see the module docstring for the contract)."""
+
+    @abc.abstractmethod
+    async def append(self, event: Event) -> LogEntry:
+        """Store ``event`` under the next id and wake the subscribers."""
+
+    @abc.abstractmethod
+    async def read(self, after_id: int, limit: int | None = None, *, strict: bool = True) -> list[LogEntry]:
+        """Return the kept events after ``after_id`` (at most ``limit``)."""
+
+    @abc.abstractmethod
+    def subscribe(self, after_id: int = 0) -> AsyncIterator[list[LogEntry]]:
+        """Batches of entries after ``after_id``: the kept ones, then live ones."""
+
+    @abc.abstractmethod
+    async def last_id(self) -> int:
+        """The id of the newest event, 0 when none was ever appended."""
+
+    @abc.abstractmethod
+    async def first_id(self) -> int:
+        """The id of the oldest event kept (``last_id() + 1`` when none is kept)."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """No more appends; subscribers end after reading what is kept."""
+
+    @property
+    @abc.abstractmethod
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+
+
+class MemoryEventLog(EventLog):
+    """An :class:`EventLog` held in this process's memory."""
+
+    def __init__(self, max_bytes: int = 10 * 1024 * 1024) -> None:
+        self._max_bytes = max_bytes
+        # A list with a moving start offset gives O(1) lookup by id; it is compacted now and then.
+        self._entries: list[LogEntry] = []
+        self._start = 0
+        self._bytes = 0
+        self._last_id = 0
+        self._closed = False
+        self._changed = asyncio.Event()
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closed
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes held by the kept events."""
+        return self._bytes
+
+    def _first_id(self) -> int:
+        if self._start < len(self._entries):
+            return self._entries[self._start].id
+        return self._last_id + 1
+
+    async def append(self, event: Event) -> LogEntry:
+        if self._closed:
+            raise RuntimeError("event log is closed")
+        self._last_id += 1
+        entry = LogEntry(self._last_id, event, len(event.model_dump_json()))
+        self._entries.append(entry)
+        self._bytes += entry.size
+        self._purge()
+        self._wake()
+        return entry
+
+    def _purge(self) -> None:
+        # The newest event always stays, even when it alone is over the bound.
+        while self._bytes > self._max_bytes and len(self._entries) - self._start > 1:
+            self._bytes -= self._entries[self._start].size
+            self._start += 1
+        if self._start > 1024 and self._start * 2 > len(self._entries):
+            del self._entries[: self._start]
+            self._start = 0
+
+    def _wake(self) -> None:
+        # Replace rather than clear: waiters that have not run yet still see the old event set.
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    def _after(self, after_id: int, limit: int | None, strict: bool) -> list[LogEntry]:
+        first = self._first_id()
+        if after_id < first - 1:
+            if strict:
+                raise EventsPurged(after_id, first)
+            after_id = first - 1
+        begin = self._start + (after_id - first + 1)
+        end = len(self._entries) if limit is None else min(len(self._entries), begin + limit)
+        return self._entries[begin:end]
+
+    async def read(self, after_id: int, limit: int | None = None, *, strict: bool = True) -> list[LogEntry]:
+        return self._after(max(after_id, 0), limit, strict)
+
+    async def subscribe(self, after_id: int = 0) -> AsyncIterator[list[LogEntry]]:
+        cursor = max(after_id, 0)
+        while True:
+            changed = self._changed
+            batch = self._after(cursor, None, strict=True)
+            if batch:
+                cursor = batch[-1].id
+                yield batch
+                continue
+            if self._closed:
+                return
+            await changed.wait()
+
+    async def last_id(self) -> int:
+        return self._last_id
+
+    async def first_id(self) -> int:
+        return self._first_id()
+
+    async def close(self) -> None:
+        self._closed = True
+        self._wake()

@@ -1,0 +1,56 @@
+"""The service's exceptions, one base class per layer.
+
+::
+
+    AgentStreamError
+     ├── ProviderError          the model upstream failed (before or inside the stream)
+     │    └── ModelStreamError  an exception event that arrived inside the stream
+     ├── EventsPurged           a reader asked for events the log no longer keeps
+     ├── SessionNotFound        no such session (or not the caller's)
+     ├── RunInProgress          a session already runs a query
+     └── Overloaded             the instance runs as many queries as it may
+
+Transports map these to HTTP statuses; the agent loop turns provider errors into ``error``
+events. Nothing here imports a transport or a provider.
+"""
+
+from __future__ import annotations
+
+
+class AgentStreamError(Exception):
+    """Base of every error this service raises on purpose."""
+
+
+class ProviderError(AgentStreamError):
+    """The model provider failed; ``code`` is the upstream error code."""
+
+    def __init__(self, message: str, *, code: str = "provider_error", retryable: bool = False):
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.retryable = retryable
+
+
+class ModelStreamError(ProviderError):
+    """An exception event inside a model's response stream (throttling, model error, ...)."""
+
+
+class EventsPurged(AgentStreamError):
+    """The events after ``after_id`` are no longer kept; ``oldest_id`` is the first one left."""
+
+    def __init__(self, after_id: int, oldest_id: int):
+        super().__init__(f"events after id {after_id} were purged; the oldest kept is {oldest_id}")
+        self.after_id = after_id
+        self.oldest_id = oldest_id
+
+
+class SessionNotFound(AgentStreamError):
+    """No session with that id."""
+
+
+class RunInProgress(AgentStreamError):
+    """The session already runs a query."""
+
+
+class Overloaded(AgentStreamError):
+    """The instance already runs as many queries as it is configured for."""

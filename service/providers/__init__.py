@@ -1,0 +1,1 @@
+"""Model providers: each yields raw model stream events for its parser."""

@@ -1,0 +1,1 @@
+"""Transports: authenticate, validate, subscribe to the core, project, write."""

@@ -1,0 +1,219 @@
+"""JSON over HTTP: request bodies, error replies, ``POST /agent/run`` and ``GET /healthz``.
+
+Every error body is JSON ``{"error": "..."}`` with a fitting status; a client's mistake is
+never a 500 (see the error middleware).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from service.app import SERVICES, Services
+from service.core.events import Event, RunDone, RunError, TextDelta, is_terminal
+from service.core.sessions import Session
+from service.errors import EventsPurged, Overloaded, RunInProgress, SessionNotFound
+from service.transports import dialects
+
+log = logging.getLogger(__name__)
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+class AgentRequest(BaseModel):
+    """Body of ``POST /agent/stream`` and ``POST /agent/run``."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    message: str = Field(min_length=1)
+    max_turns: int | None = Field(default=None, ge=1, le=100)
+
+    @field_validator("message")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("message must not be blank")
+        return value
+
+
+def error_response(status: int, message: str, **extra: Any) -> web.Response:
+    """A JSON error reply."""
+    return web.json_response({"error": message, **extra}, status=status)
+
+
+def json_error(status: int, message: str, **extra: Any) -> web.HTTPException:
+    """An HTTP exception carrying a JSON error body, to raise from a handler."""
+    cls = web.HTTPException
+    for candidate in (
+        web.HTTPBadRequest,
+        web.HTTPUnauthorized,
+        web.HTTPForbidden,
+        web.HTTPNotFound,
+        web.HTTPConflict,
+        web.HTTPGone,
+        web.HTTPRequestEntityTooLarge,
+        web.HTTPUnprocessableEntity,
+        web.HTTPServiceUnavailable,
+    ):
+        if candidate.status_code == status:
+            cls = candidate
+            break
+    kwargs: dict[str, Any] = {
+        "text": json.dumps({"error": message, **extra}),
+        "content_type": "application/json",
+    }
+    if cls is web.HTTPRequestEntityTooLarge:
+        return web.HTTPRequestEntityTooLarge(max_size=extra.get("max_bytes", 0), actual_size=0, **kwargs)
+    return cls(**kwargs)
+
+
+_DOMAIN_ERRORS: dict[type[Exception], tuple[int, str]] = {
+    SessionNotFound: (404, "Session not found"),
+    RunInProgress: (409, "a query is already running in this session"),
+    Overloaded: (503, "the service is at its limit of concurrent queries; try again shortly"),
+}
+
+
+@web.middleware
+async def error_middleware(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Give every error a JSON body and the right status; log only the server's own faults."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.content_type == "application/json" or exc.status < 400:
+            raise
+        if isinstance(exc, web.HTTPRequestEntityTooLarge):
+            message = "request body too large"
+        else:
+            message = exc.reason
+        return error_response(exc.status, message)
+    except EventsPurged as exc:
+        return error_response(410, str(exc), oldest_id=exc.oldest_id)
+    except tuple(_DOMAIN_ERRORS) as exc:
+        status, message = _DOMAIN_ERRORS[type(exc)]
+        response = error_response(status, message)
+        if status == 503:
+            response.headers["Retry-After"] = "1"
+        return response
+    except ConnectionResetError:
+        raise
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return error_response(500, "internal server error")
+
+
+async def read_json(request: web.Request, model: type[Model]) -> Model:
+    """Parse the body as ``model``: 413 too large, 400 malformed JSON, 422 wrong shape."""
+    services = request.app[SERVICES]
+    limit = services.settings.max_request_bytes
+    if request.content_length is not None and request.content_length > limit:
+        raise json_error(413, f"request body too large (limit {limit} bytes)", max_bytes=limit)
+    raw = await request.read()  # aiohttp enforces client_max_size while reading a chunked body
+    if not raw.strip():
+        raise json_error(400, "request body is empty; send a JSON object")
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise json_error(400, f"malformed JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise json_error(422, "request body must be a JSON object")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        details = [
+            {"field": ".".join(str(part) for part in item["loc"]) or "body", "message": item["msg"]}
+            for item in exc.errors(include_url=False)
+        ]
+        summary = "; ".join(f"{item['field']}: {item['message']}" for item in details)
+        raise json_error(422, f"invalid request: {summary}", details=details) from None
+
+
+async def follow_run(services: Services, session: Session, after_id: int = 0) -> AsyncIterator[Event]:
+    """The session's events after ``after_id`` until the query's terminal event (inclusive)."""
+    async for batch in session.log.subscribe(after_id):
+        for entry in batch:
+            yield entry.event
+            if is_terminal(entry.event):
+                return
+
+
+async def start_ephemeral(services: Services, body: AgentRequest) -> Session:
+    """A short-lived session with the query started on it."""
+    session = await services.sessions.create(ephemeral=True)
+    try:
+        await services.runs.start(session, body.message, body.max_turns)
+    except BaseException:
+        await services.sessions.delete(session.id)
+        raise
+    return session
+
+
+async def end_ephemeral(services: Services, session: Session) -> None:
+    """Cancel the short-lived session's query if it still runs (its client left), then forget it."""
+    await services.runs.cancel(session.id)
+    try:
+        await services.sessions.delete(session.id)
+    except SessionNotFound:
+        pass
+
+
+async def agent_run(request: web.Request) -> web.Response:
+    """``POST /agent/run``: the same run as ``/agent/stream``, collected into one JSON reply."""
+    services = request.app[SERVICES]
+    body = await read_json(request, AgentRequest)
+    session = await start_ephemeral(services, body)
+    parts: list[str] = []
+    terminal: Event | None = None
+    try:
+        async for event in follow_run(services, session):
+            if isinstance(event, TextDelta):
+                parts.append(event.text)
+            elif is_terminal(event):
+                terminal = event
+    finally:
+        await end_ephemeral(services, session)
+    if isinstance(terminal, RunDone):
+        reply = dialects.agent(terminal) or {}
+        reply.pop("type", None)
+        return web.json_response({"response": "".join(parts), **reply})
+    error = terminal if isinstance(terminal, RunError) else RunError(error="the run ended without a result")
+    return error_response(
+        503,
+        error.error,
+        code=error.code,
+        turns=error.turns,
+        response="".join(parts),
+        usage=dialects.usage_dict(error.usage),
+    )
+
+
+async def healthz(request: web.Request) -> web.Response:
+    """``GET /healthz``: 200 while serving, with a few numbers worth watching."""
+    services = request.app[SERVICES]
+    return web.json_response(
+        {
+            "status": "ok",
+            "provider": services.settings.provider,
+            "runs_active": services.runs.active,
+            "sessions": await services.sessions.count(),
+            "loop_lag_ms": services.monitor.summary(),
+        }
+    )
+
+
+async def not_found(request: web.Request) -> web.Response:
+    """JSON 404 for any path without a route."""
+    return error_response(404, f"no route for {request.method} {request.path}")
+
+
+def add_routes(app: web.Application) -> None:
+    """Register the JSON routes."""
+    app.router.add_post("/agent/run", agent_run)
+    app.router.add_get("/healthz", healthz)

@@ -1,0 +1,98 @@
+"""Shared fixtures: the service on a real port, talking to the emulator over real HTTP via boto3."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestClient
+
+from service.agent.tools import FunctionTool, Tool
+from service.app import SERVICES, create_app
+from service.config import Settings
+
+TEST_SETTINGS: dict[str, Any] = {
+    "provider": "emulator",
+    "emulator_ttft_ms": 0,
+    "emulator_tokens_per_second": 0,
+    "bedrock_max_attempts": 2,
+    "throttle_backoff_s": 0.01,
+    "tool_timeout_s": 0.3,
+}
+
+
+def _explode(_: dict[str, Any]) -> str:
+    raise RuntimeError("the tool blew up")
+
+
+async def _never(_: dict[str, Any]) -> str:
+    await asyncio.Event().wait()
+    return "unreachable"
+
+
+def test_tools() -> list[Tool]:
+    """Tools a test may ask the emulator to call besides the calculator."""
+    schema = {"type": "object", "properties": {}}
+    return [
+        FunctionTool("explode", "Always fails.", schema, _explode),
+        FunctionTool("sleepy", "Never answers.", schema, _never),
+    ]
+
+
+test_tools.__test__ = False  # type: ignore[attr-defined]
+
+ClientFactory = Callable[..., Awaitable[TestClient]]
+
+
+@pytest.fixture
+async def make_client(aiohttp_client: Any) -> ClientFactory:
+    """Start the service (embedded emulator) with settings overrides; returns its test client."""
+
+    async def make(**overrides: Any) -> TestClient:
+        settings = Settings(**{**TEST_SETTINGS, **overrides})
+        return await aiohttp_client(create_app(settings, tools=test_tools()))
+
+    return make
+
+
+@pytest.fixture
+async def client(make_client: ClientFactory) -> TestClient:
+    """The service with the default test settings."""
+    return await make_client()
+
+
+def services_of(client: TestClient) -> Any:
+    """The app's services (sessions, runs, provider, emulator)."""
+    return client.server.app[SERVICES]
+
+
+async def sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
+    """Parse an SSE body into events: {"data": parsed JSON, "event": name, "id": id}."""
+    fields: dict[str, Any] = {}
+    data: list[str] = []
+    async for raw in response.content:
+        line = raw.decode("utf-8").rstrip("\r\n")
+        if not line:
+            if data:
+                yield {**fields, "data": json.loads("\n".join(data))}
+            fields, data = {}, []
+        elif line.startswith(":"):
+            continue
+        else:
+            name, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if name == "data":
+                data.append(value)
+            else:
+                fields[name] = value
+
+
+async def stream_agent(client: TestClient, message: str, **body: Any) -> list[dict[str, Any]]:
+    """POST /agent/stream and return every data payload."""
+    async with client.post("/agent/stream", json={"message": message, **body}) as response:
+        assert response.status == 200, await response.text()
+        return [event["data"] async for event in sse_events(response)]

@@ -1,0 +1,113 @@
+"""The in-memory event log: ids, bounds, replay, live fan-out and purge."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from service.core.events import EVENT_ADAPTER, RunDone, TextDelta
+from service.core.log import MemoryEventLog
+from service.errors import EventsPurged
+
+
+async def test_ids_start_at_one_and_increase() -> None:
+    log = MemoryEventLog()
+    ids = [(await log.append(TextDelta(text=str(n)))).id for n in range(5)]
+    assert ids == [1, 2, 3, 4, 5]
+    assert await log.last_id() == 5
+    assert await log.first_id() == 1
+    assert [e.id for e in await log.read(2)] == [3, 4, 5]
+    assert [e.id for e in await log.read(0, limit=2)] == [1, 2]
+    assert await log.read(5) == []
+
+
+async def test_empty_log_ids() -> None:
+    log = MemoryEventLog()
+    assert await log.last_id() == 0
+    assert await log.first_id() == 1
+    assert await log.read(0) == []
+
+
+async def test_byte_bound_purges_oldest_and_always_keeps_the_new() -> None:
+    size = len(TextDelta(text="x" * 100).model_dump_json())
+    log = MemoryEventLog(max_bytes=size * 3)
+    for _ in range(10):
+        await log.append(TextDelta(text="x" * 100))
+    assert await log.first_id() == 8
+    assert log.size_bytes <= size * 3
+    with pytest.raises(EventsPurged) as info:
+        await log.read(1)
+    assert info.value.oldest_id == 8
+    assert [e.id for e in await log.read(0, strict=False)] == [8, 9, 10]
+    # reading from just before the horizon is not a gap
+    assert [e.id for e in await log.read(7)] == [8, 9, 10]
+    big = await log.append(TextDelta(text="y" * 10_000))
+    assert [e.id for e in await log.read(0, strict=False)] == [big.id]
+
+
+async def test_subscribe_replays_then_goes_live() -> None:
+    log = MemoryEventLog()
+    for n in range(3):
+        await log.append(TextDelta(text=str(n)))
+    seen: list[int] = []
+    third_live = asyncio.Event()
+
+    async def reader() -> None:
+        async for batch in log.subscribe(1):
+            seen.extend(entry.id for entry in batch)
+            if seen[-1] >= 5:
+                third_live.set()
+                return
+
+    task = asyncio.create_task(reader())
+    await log.append(TextDelta(text="live-4"))
+    await log.append(TextDelta(text="live-5"))
+    await asyncio.wait_for(third_live.wait(), 5)
+    await task
+    assert seen == [2, 3, 4, 5]
+
+
+async def test_many_subscribers_see_the_same_sequence() -> None:
+    log = MemoryEventLog()
+    results: list[list[int]] = [[] for _ in range(20)]
+
+    async def reader(out: list[int]) -> None:
+        async for batch in log.subscribe(0):
+            out.extend(entry.id for entry in batch)
+
+    tasks = [asyncio.create_task(reader(out)) for out in results]
+    for n in range(50):
+        await log.append(TextDelta(text=str(n)))
+        if n % 7 == 0:
+            await asyncio.sleep(0)  # let readers interleave with the writer
+    await log.append(RunDone(turns=1))
+    await log.close()
+    await asyncio.wait_for(asyncio.gather(*tasks), 5)
+    assert all(out == list(range(1, 52)) for out in results)
+
+
+async def test_subscriber_behind_the_purge_horizon_gets_purged() -> None:
+    size = len(TextDelta(text="abc").model_dump_json())
+    log = MemoryEventLog(max_bytes=size * 2)
+    for _ in range(5):
+        await log.append(TextDelta(text="abc"))
+    with pytest.raises(EventsPurged):
+        async for _ in log.subscribe(0):
+            pass
+
+
+async def test_closed_log_ends_subscriptions_after_draining() -> None:
+    log = MemoryEventLog()
+    await log.append(TextDelta(text="a"))
+    await log.close()
+    batches = [batch async for batch in log.subscribe(0)]
+    assert [[e.id for e in b] for b in batches] == [[1]]
+    with pytest.raises(RuntimeError):
+        await log.append(TextDelta(text="b"))
+
+
+def test_events_round_trip_through_json() -> None:
+    event = RunDone(turns=2, truncated=True)
+    again = EVENT_ADAPTER.validate_json(event.model_dump_json())
+    assert again == event

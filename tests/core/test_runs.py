@@ -1,0 +1,119 @@
+"""The run manager, driven by small scripted agents (the core knows agents only by protocol)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from service.core.events import Event, RunDone, TextDelta, TurnCompleted, Usage
+from service.core.runs import RunManager
+from service.core.sessions import IDLE, RUNNING, MemorySessionStore
+from service.errors import Overloaded, RunInProgress, SessionNotFound
+
+
+class ScriptedAgent:
+    """Yields a fixed answer; optionally waits on a gate mid-answer."""
+
+    def __init__(self, gate: asyncio.Event | None = None, fail: bool = False) -> None:
+        self.gate = gate
+        self.fail = fail
+        self.started = asyncio.Event()
+
+    async def run(self, messages: list[dict[str, Any]], user_text: str, max_turns: int) -> AsyncIterator[Event]:
+        messages.append({"role": "user", "content": [{"text": user_text}]})
+        self.started.set()
+        yield TextDelta(text="hello")
+        if self.fail:
+            raise RuntimeError("boom")
+        yield TurnCompleted(turn=1, stop_reason="end_turn", usage=Usage(input_tokens=3, output_tokens=1, total_tokens=4), total_usage=Usage(input_tokens=3, output_tokens=1, total_tokens=4))
+        if self.gate is not None:
+            await self.gate.wait()
+        yield RunDone(turns=1, usage=Usage(input_tokens=3, output_tokens=1, total_tokens=4))
+
+
+async def _types(store: MemorySessionStore, session_id: str) -> list[str]:
+    session = await store.get(session_id)
+    return [entry.event.type for entry in await session.log.read(0)]
+
+
+async def test_a_run_writes_its_events_and_ends_idle() -> None:
+    store = MemorySessionStore()
+    runs = RunManager(ScriptedAgent())
+    session = await store.create()
+    run = await runs.start(session, "hi")
+    assert session.status == RUNNING
+    await run.wait()
+    assert await _types(store, session.id) == ["run_started", "status_change", "text_delta", "turn_completed", "status_change", "done"]
+    assert session.status == IDLE and runs.active == 0
+    assert session.messages[0]["content"][0]["text"] == "hi"
+
+
+async def test_second_query_while_one_runs_is_refused() -> None:
+    gate = asyncio.Event()
+    runs = RunManager(ScriptedAgent(gate))
+    session = await MemorySessionStore().create()
+    run = await runs.start(session, "one")
+    with pytest.raises(RunInProgress):
+        await runs.start(session, "two")
+    gate.set()
+    await run.wait()
+    await (await runs.start(session, "three")).wait()
+
+
+async def test_cancel_writes_a_cancelled_done_with_progress() -> None:
+    gate = asyncio.Event()
+    agent = ScriptedAgent(gate)
+    store = MemorySessionStore()
+    runs = RunManager(agent)
+    session = await store.create()
+    await runs.start(session, "hi")
+    async for batch in session.log.subscribe(0):  # wait until the turn's usage is logged
+        if any(entry.event.type == "turn_completed" for entry in batch):
+            break
+    assert await runs.cancel(session.id)
+    events = [entry.event for entry in await session.log.read(0)]
+    assert [e.type for e in events[-3:]] == ["status_change", "status_change", "done"]
+    assert events[-3].status == "cancelled"
+    done = events[-1]
+    assert done.cancelled and done.usage.total_tokens == 4 and done.turns == 1
+    assert not await runs.cancel(session.id)
+
+
+async def test_shutdown_ends_every_run_with_an_error() -> None:
+    runs = RunManager(ScriptedAgent(asyncio.Event()))
+    store = MemorySessionStore()
+    sessions = [await store.create() for _ in range(3)]
+    for session in sessions:
+        await runs.start(session, "hi")
+    await runs.shutdown()
+    for session in sessions:
+        last = (await session.log.read(0))[-1].event
+        assert last.type == "error" and last.code == "shutdown" and last.recoverable
+
+
+async def test_an_agent_bug_becomes_an_error_event() -> None:
+    runs = RunManager(ScriptedAgent(fail=True))
+    session = await MemorySessionStore().create()
+    await (await runs.start(session, "hi")).wait()
+    last = (await session.log.read(0))[-1].event
+    assert last.type == "error" and last.code == "internal_error"
+
+
+async def test_concurrency_cap() -> None:
+    runs = RunManager(ScriptedAgent(asyncio.Event()), max_concurrent=1)
+    store = MemorySessionStore()
+    await runs.start(await store.create(), "a")
+    with pytest.raises(Overloaded):
+        await runs.start(await store.create(), "b")
+    await runs.shutdown()
+
+
+async def test_unknown_session() -> None:
+    store = MemorySessionStore()
+    with pytest.raises(SessionNotFound):
+        await store.get("nope")
+    with pytest.raises(SessionNotFound):
+        await store.delete("nope")
