@@ -8,7 +8,8 @@ import sys
 
 from aiohttp import web
 
-from service.config import SettingsError, load_settings
+from service.config import Settings, SettingsError, load_settings
+from service.errors import AgentStreamError
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -24,9 +25,17 @@ def main(argv: list[str] | None = None) -> None:
         print(f"agentstream: {error}", file=sys.stderr)
         raise SystemExit(2) from None
 
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        _serve(settings)
+    except AgentStreamError as error:
+        print(f"agentstream: cannot start: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _serve(settings: Settings) -> None:
     from service.app import create_app
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     web.run_app(
         create_app(settings),
         host=settings.host,

@@ -18,9 +18,9 @@ from aiohttp import web
 from service.agent.loop import AgentLoop
 from service.agent.tools import Tool, ToolExecutor, builtin_tools
 from service.config import Settings, load_settings
+from service.core.log import MemoryEventLog
 from service.core.runs import RunManager
 from service.core.sessions import MemorySessionStore, SessionStore
-from service.core.log import MemoryEventLog
 from service.monitor import LoopLagMonitor
 from service.providers.base import ModelProvider
 

@@ -16,7 +16,8 @@ class LoopLagMonitor:
 
     def __init__(self, interval: float = 0.02, window: int = 3000) -> None:
         self.interval = interval
-        self._samples: collections.deque[float] = collections.deque(maxlen=window)
+        # (when, lag) pairs; ``when`` is time.monotonic(), comparable across processes on Linux.
+        self._samples: collections.deque[tuple[float, float]] = collections.deque(maxlen=window)
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -31,19 +32,16 @@ class LoopLagMonitor:
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
 
-    def reset(self) -> None:
-        """Forget the samples so far (benchmarks measure one phase at a time)."""
-        self._samples.clear()
-
     async def _sample(self) -> None:
         while True:
-            before = time.perf_counter()
+            before = time.monotonic()
             await asyncio.sleep(self.interval)
-            self._samples.append(max(0.0, time.perf_counter() - before - self.interval))
+            now = time.monotonic()
+            self._samples.append((now, max(0.0, now - before - self.interval)))
 
-    def summary(self) -> dict[str, float]:
-        """p50, p99 and max lag in milliseconds over the window, and the sample count."""
-        samples = sorted(self._samples)
+    def summary(self, since: float | None = None) -> dict[str, float]:
+        """p50, p99 and max lag in ms over the window (or since a monotonic time), and the count."""
+        samples = sorted(lag for when, lag in self._samples if since is None or when >= since)
         if not samples:
             return {"p50": 0.0, "p99": 0.0, "max": 0.0, "samples": 0}
 

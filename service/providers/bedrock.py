@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import os
 import socket
 import threading
 from collections.abc import AsyncIterator
@@ -21,8 +22,10 @@ from typing import Any
 
 import boto3
 from botocore.config import Config
+from botocore.exceptions import NoRegionError
 
 from service.agent.parsers import BedrockStreamParser, stream_error_from_exception
+from service.errors import ProviderError
 from service.providers.base import ModelRequest, alternate_roles
 
 log = logging.getLogger(__name__)
@@ -146,11 +149,21 @@ class BedrockProvider:
         )
         session = boto3.session.Session(region_name=region_name, **(credentials or {}))
         kwargs: dict[str, Any] = {"config": config}
+        if session.region_name is None and os.environ.get("AWS_REGION"):
+            # botocore reads AWS_DEFAULT_REGION; AWS_REGION is what other SDKs and Lambda set.
+            kwargs["region_name"] = os.environ["AWS_REGION"]
         # Pass an endpoint only when one is configured, so boto3's own
         # AWS_ENDPOINT_URL_BEDROCK_RUNTIME keeps working.
         if endpoint_url:
             kwargs["endpoint_url"] = endpoint_url
-        self._client = session.client("bedrock-runtime", **kwargs)
+        try:
+            self._client = session.client("bedrock-runtime", **kwargs)
+        except NoRegionError:
+            raise ProviderError(
+                "no AWS region is configured for Bedrock: set AWS_DEFAULT_REGION (or AWS_REGION, "
+                "or a region in ~/.aws/config)",
+                code="no_region",
+            ) from None
         self._executor = ThreadPoolExecutor(
             max_workers=max_concurrent_runs, thread_name_prefix="bedrock-stream"
         )

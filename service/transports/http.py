@@ -197,20 +197,19 @@ async def agent_run(request: web.Request) -> web.Response:
 async def healthz(request: web.Request) -> web.Response:
     """``GET /healthz``: 200 while serving, with a few numbers worth watching."""
     services = request.app[SERVICES]
+    try:
+        since = float(request.query["lag_since"]) if "lag_since" in request.query else None
+    except ValueError:
+        raise json_error(400, "lag_since must be a number (a time.monotonic() reading)") from None
     return web.json_response(
         {
             "status": "ok",
             "provider": services.settings.provider,
             "runs_active": services.runs.active,
             "sessions": await services.sessions.count(),
-            "loop_lag_ms": services.monitor.summary(),
+            "loop_lag_ms": services.monitor.summary(since),
         }
     )
-
-
-async def not_found(request: web.Request) -> web.Response:
-    """JSON 404 for any path without a route."""
-    return error_response(404, f"no route for {request.method} {request.path}")
 
 
 def add_routes(app: web.Application) -> None:

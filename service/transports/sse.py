@@ -15,7 +15,13 @@ from aiohttp_sse import sse_response
 from service.app import SERVICES
 from service.core.events import RunError, is_terminal
 from service.transports import dialects
-from service.transports.http import AgentRequest, end_ephemeral, follow_run, read_json, start_ephemeral
+from service.transports.http import (
+    AgentRequest,
+    end_ephemeral,
+    follow_run,
+    read_json,
+    start_ephemeral,
+)
 
 NO_BUFFERING = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 

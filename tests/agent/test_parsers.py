@@ -36,7 +36,6 @@ from service.core.events import (
 )
 from service.errors import ModelStreamError, ProviderError
 
-
 # -- stream builders --------------------------------------------------------------------------
 
 

@@ -1,0 +1,210 @@
+"""Benchmark: many concurrent runs through ``POST /agent/stream`` against the paced emulator.
+
+    python scripts/bench_concurrency.py                  # 200 runs, 50 tokens at 20 tokens/s
+    python scripts/bench_concurrency.py --runs 400 --tokens 100 --json
+
+Three processes, as in production: the emulator (``python -m service.emulator``, standing in
+for Bedrock), the service (``python -m service`` with ``AGENT_PROVIDER=bedrock`` and boto3's
+``AWS_ENDPOINT_URL_BEDROCK_RUNTIME`` pointing at the emulator), and this client.
+
+It reports:
+- the wall time of one run alone (median of a few) and of N concurrent runs, and their ratio;
+- the service's event-loop lag (p50, p99, max) while the N runs were in flight, read from
+  ``/healthz?lag_since=`` (time.monotonic() is one clock for every process on Linux);
+- the time the service adds between the emulator writing a run's first token and this client
+  reading the first event (p50, p99), from the emulator's own record of when it wrote it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+async def wait_until_up(url: str, timeout: float = 30.0) -> None:
+    """Poll ``url`` until it answers 200 (the process is starting; there is nothing else to wait on)."""
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as session:
+        while True:
+            try:
+                async with session.get(url) as response:
+                    if response.status < 500:
+                        return
+            except aiohttp.ClientError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{url} did not come up within {timeout} s")
+            await asyncio.sleep(0.1)
+
+
+@contextmanager
+def process(args: list[str], env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
+    """Run a child process for the duration of the block."""
+    child = subprocess.Popen(args, env={**os.environ, **env}, cwd=ROOT, stdout=subprocess.DEVNULL)
+    try:
+        yield child
+    finally:
+        child.terminate()
+        try:
+            child.wait(10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+
+
+@dataclass
+class RunTiming:
+    """One run as the client saw it."""
+
+    message: str
+    started: float
+    first_event: float
+    finished: float
+    events: int
+    ok: bool
+
+
+async def one_run(session: aiohttp.ClientSession, url: str, message: str) -> RunTiming:
+    """POST /agent/stream and time it."""
+    started = time.monotonic()
+    first_event = 0.0
+    events = 0
+    last_type = None
+    async with session.post(url + "/agent/stream", json={"message": message}) as response:
+        response.raise_for_status()
+        async for raw in response.content:
+            if raw.startswith(b"data:"):
+                if not first_event:
+                    first_event = time.monotonic()
+                events += 1
+                last_type = json.loads(raw[5:])["type"]
+    return RunTiming(message, started, first_event, time.monotonic(), events, last_type == "done")
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-quantile (0..1) by nearest rank."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def bench(args: argparse.Namespace) -> dict[str, object]:
+    """Run the scenario and return the figures."""
+    emulator_port, service_port = free_port(), free_port()
+    emulator_url = f"http://127.0.0.1:{emulator_port}"
+    service_url = f"http://127.0.0.1:{service_port}"
+    emulator_cmd = [
+        sys.executable, "-m", "service.emulator", "--port", str(emulator_port),
+        "--ttft-ms", str(args.ttft_ms), "--tokens-per-second", str(args.tps),
+    ]
+    service_env = {
+        "AGENT_PROVIDER": "bedrock",
+        "AGENT_PORT": str(service_port),
+        "AGENT_MAX_CONCURRENT_RUNS": str(max(256, args.runs)),
+        "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": emulator_url,
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "bench",
+        "AWS_SECRET_ACCESS_KEY": "bench",
+    }
+    connector = aiohttp.TCPConnector(limit=0)
+    service_cmd = [*args.service_wrapper.split(), sys.executable, "-m", "service"]
+    with process(emulator_cmd, {}), process(service_cmd, service_env):
+        await wait_until_up(emulator_url + "/_emulator/records")
+        await wait_until_up(service_url + "/healthz")
+        async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as session:
+            # warm up boto3's connection pool and the code paths
+            await asyncio.gather(*(one_run(session, service_url, f"warm {n} [emu:tokens=5]") for n in range(args.warm)))
+            singles = [
+                await one_run(session, service_url, f"single {n} [emu:tokens={args.tokens}]")
+                for n in range(args.single_repeats)
+            ]
+            load_start = time.monotonic()
+            many = await asyncio.gather(
+                *(one_run(session, service_url, f"load {n} [emu:tokens={args.tokens}]") for n in range(args.runs))
+            )
+            load_end = time.monotonic()
+            async with session.get(service_url + f"/healthz?lag_since={load_start}") as response:
+                lag = (await response.json())["loop_lag_ms"]
+            async with session.get(emulator_url + "/_emulator/records") as response:
+                records = {record["user_text"]: record for record in await response.json()}
+
+    single = statistics.median(run.finished - run.started for run in singles)
+    concurrent = load_end - load_start
+    added = []
+    for run in many:
+        record = records.get(run.message)
+        if record and record.get("first_token_at") and run.first_event:
+            added.append((run.first_event - record["first_token_at"]) * 1000)
+    return {
+        "runs": args.runs,
+        "tokens_per_run": args.tokens,
+        "tokens_per_second": args.tps,
+        "ttft_ms": args.ttft_ms,
+        "all_done": all(run.ok for run in many),
+        "events_per_run": statistics.median(run.events for run in many),
+        "single_run_s": round(single, 3),
+        "concurrent_wall_s": round(concurrent, 3),
+        "ratio": round(concurrent / single, 3),
+        "loop_lag_ms": lag,
+        "first_token_added_ms": {
+            "p50": round(percentile(added, 0.5), 2),
+            "p99": round(percentile(added, 0.99), 2),
+            "max": round(max(added), 2),
+            "samples": len(added),
+        }
+        if added
+        else None,
+    }
+
+
+def main() -> None:
+    """Command line entry point."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--tokens", type=int, default=50)
+    parser.add_argument("--tps", type=float, default=20.0, help="emulator tokens per second")
+    parser.add_argument("--ttft-ms", type=float, default=200.0, help="emulator time to first token")
+    parser.add_argument("--single-repeats", type=int, default=3)
+    parser.add_argument("--warm", type=int, default=8, help="concurrent short runs before measuring (warms pools)")
+    parser.add_argument("--json", action="store_true", help="print JSON only")
+    parser.add_argument(
+        "--service-wrapper", default="", help='command to run the service under, e.g. "py-spy record -o s.svg --"'
+    )
+    args = parser.parse_args()
+    result = asyncio.run(bench(args))
+    if args.json:
+        print(json.dumps(result))
+        return
+    print(f"{result['runs']} concurrent runs, {result['tokens_per_run']} tokens each at {result['tokens_per_second']} tokens/s (TTFT {result['ttft_ms']} ms)")
+    print(f"  every run ended with done:  {result['all_done']}")
+    print(f"  one run alone:              {result['single_run_s']} s")
+    print(f"  {result['runs']} at once:                {result['concurrent_wall_s']} s  (ratio {result['ratio']}, goal < 2)")
+    lag = result["loop_lag_ms"]
+    print(f"  event-loop lag under load:  p50 {lag['p50']} ms, p99 {lag['p99']} ms, max {lag['max']} ms  (goal p99 < 20 ms)")
+    added = result["first_token_added_ms"]
+    if added:
+        print(f"  first token, emulator to client: p50 {added['p50']} ms, p99 {added['p99']} ms ({added['samples']} runs)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,293 @@
+"""The emulator's HTTP server: Bedrock's ConverseStream over real HTTP, plus its records.
+
+Routes:
+
+- ``POST /model/{modelId}/converse-stream``: answers as Bedrock does, per the scripted plan of
+  :mod:`service.emulator.script`, paced by :class:`EmulatorConfig` (or per-request directives).
+- ``GET /_emulator/records``: JSON list of the recent :class:`RequestRecord` entries.
+
+:class:`EmbeddedEmulator` runs the app on its own thread with its own event loop, so that its
+pacing never competes with the loop of the service under test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import TracebackType
+
+from aiohttp import web
+
+from service.emulator.bedrock import encode_metadata, error_body, render_steps
+from service.emulator.eventstream import CONTENT_TYPE
+from service.emulator.records import DEFAULT_MAX_RECORDS, RecordStore, RequestRecord
+from service.emulator.script import (
+    DEFAULT_ANSWER_TOKENS,
+    HttpError,
+    Plan,
+    RaiseException,
+    plan_response,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class EmulatorConfig:
+    """Pacing and limits of the emulator; 0 disables the matching pacing."""
+
+    ttft_ms: float = 0.0
+    tokens_per_second: float = 0.0
+    default_tokens: int = DEFAULT_ANSWER_TOKENS
+    max_records: int = DEFAULT_MAX_RECORDS
+
+
+@dataclass(slots=True)
+class _StreamTasks:
+    """The handler tasks currently streaming, so that shutdown can end them promptly."""
+
+    tasks: set[asyncio.Task[object]] = field(default_factory=set)
+    stopping: bool = False
+
+
+CONFIG_KEY = web.AppKey("emulator_config", EmulatorConfig)
+RECORDS_KEY = web.AppKey("emulator_records", RecordStore)
+_STREAMS_KEY = web.AppKey("emulator_streams", _StreamTasks)
+
+
+def create_emulator_app(config: EmulatorConfig | None = None) -> web.Application:
+    """Build the emulator's aiohttp application."""
+    config = config or EmulatorConfig()
+    app = web.Application()
+    app[CONFIG_KEY] = config
+    app[RECORDS_KEY] = RecordStore(config.max_records)
+    app[_STREAMS_KEY] = _StreamTasks()
+    # ".+" because a model ARN holds "/" (sent as %2F), which a plain {modelId} would refuse.
+    app.router.add_post("/model/{modelId:.+}/converse-stream", _converse_stream)
+    app.router.add_get("/_emulator/records", _records)
+    app.on_shutdown.append(_end_streams)
+    return app
+
+
+async def _records(request: web.Request) -> web.Response:
+    records = request.app[RECORDS_KEY].snapshot()
+    return web.json_response([record.to_json() for record in records])
+
+
+async def _end_streams(app: web.Application) -> None:
+    # Without this, shutdown would wait (up to its timeout) for slow paced streams to finish.
+    streams = app[_STREAMS_KEY]
+    streams.stopping = True
+    for task in list(streams.tasks):
+        task.cancel()
+
+
+async def _converse_stream(request: web.Request) -> web.StreamResponse:
+    app = request.app
+    config = app[CONFIG_KEY]
+    store = app[RECORDS_KEY]
+    request_id = str(uuid.uuid4())
+
+    raw = await request.read()
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        plan = Plan(
+            http_error=HttpError(400, "ValidationException", "The request body is not valid JSON.")
+        )
+    else:
+        plan = plan_response(body, default_tokens=config.default_tokens)
+
+    record = store.open(request.match_info["modelId"], plan.user_text)
+    if plan.http_error is not None:
+        headers, payload = error_body(plan.http_error)
+        headers["x-amzn-RequestId"] = request_id
+        store.finish(
+            record, "error", status=plan.http_error.status, error_type=plan.http_error.error_type
+        )
+        return web.Response(status=plan.http_error.status, body=payload, headers=headers)
+
+    streams = app[_STREAMS_KEY]
+    task = asyncio.current_task()
+    if task is not None:
+        streams.tasks.add(task)
+    try:
+        return await _stream(request, plan, record, config, store, request_id)
+    except asyncio.CancelledError:
+        store.finish(record, "error" if streams.stopping else "client_closed")
+        raise
+    finally:
+        if task is not None:
+            streams.tasks.discard(task)
+
+
+async def _stream(
+    request: web.Request,
+    plan: Plan,
+    record: RequestRecord,
+    config: EmulatorConfig,
+    store: RecordStore,
+    request_id: str,
+) -> web.StreamResponse:
+    """Write the plan's frames, paced; the plan is rendered before the first byte goes out."""
+    frames = render_steps(plan.steps)
+    ttft_ms = plan.ttft_ms if plan.ttft_ms is not None else config.ttft_ms
+    tps = plan.tokens_per_second
+    if tps is None:
+        tps = config.tokens_per_second
+    interval = 1.0 / tps if tps > 0 else 0.0
+    loop = asyncio.get_running_loop()
+
+    response = web.StreamResponse(
+        status=200, headers={"Content-Type": CONTENT_TYPE, "x-amzn-RequestId": request_id}
+    )
+    response.enable_chunked_encoding()
+    try:
+        await response.prepare(request)
+        if ttft_ms > 0:
+            await asyncio.sleep(ttft_ms / 1000.0)
+        first_token_time: float | None = None
+        tokens = 0
+        for frame in frames:
+            if frame.usage is not None:
+                latency_ms = int((time.monotonic() - record.started_at) * 1000)
+                await response.write(encode_metadata(frame.usage, latency_ms))
+                continue
+            if frame.is_token:
+                if first_token_time is None:
+                    first_token_time = loop.time()
+                elif interval:
+                    # Deadlines from the first token, not sleeps between writes, so that a
+                    # busy loop catches up instead of drifting slower than the asked rate.
+                    delay = first_token_time + tokens * interval - loop.time()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+            await response.write(frame.data)
+            if frame.is_token:
+                tokens += 1
+                if tokens == 1:
+                    store.update(record, deltas_sent=1, first_token_at=time.monotonic())
+                else:
+                    store.update(record, deltas_sent=tokens)
+        await response.write_eof()
+    except OSError:
+        # aiohttp raises ConnectionResetError (an OSError) when writing to a closed client.
+        store.finish(record, "client_closed")
+        return response
+
+    failure = next((s for s in plan.steps if isinstance(s, RaiseException)), None)
+    if failure is not None:
+        store.finish(record, "error", error_type=failure.exception_type)
+    else:
+        store.finish(record, "completed", stop_reason=plan.stop_reason)
+    return response
+
+
+class EmbeddedEmulator:
+    """The emulator served from a background thread with its own event loop."""
+
+    def __init__(
+        self,
+        config: EmulatorConfig | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        shutdown_timeout: float = 2.0,
+    ) -> None:
+        self.config = config or EmulatorConfig()
+        self.host = host
+        self.port = port
+        self._shutdown_timeout = shutdown_timeout
+        self._app = create_emulator_app(self.config)
+        self._store = self._app[RECORDS_KEY]
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_event: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._startup_error: BaseException | None = None
+
+    @property
+    def url(self) -> str:
+        """Base URL to give boto3 as ``endpoint_url``."""
+        return f"http://{self.host}:{self.port}"
+
+    def start(self, timeout: float = 10.0) -> EmbeddedEmulator:
+        """Start serving; return once the socket is bound."""
+        if self._thread is not None:
+            raise RuntimeError("the emulator is already started")
+        self._thread = threading.Thread(target=self._run, name="model-emulator", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise TimeoutError("the emulator did not start in time")
+        if self._startup_error is not None:
+            self._thread.join()
+            raise self._startup_error
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop serving and join the thread; in-flight streams are cut."""
+        thread, loop, stop_event = self._thread, self._loop, self._stop_event
+        if thread is None:
+            return
+        if loop is not None and stop_event is not None:
+            try:
+                loop.call_soon_threadsafe(stop_event.set)
+            except RuntimeError:
+                pass  # The loop already ended, e.g. after a failed start.
+        thread.join(timeout)
+        if thread.is_alive():
+            raise TimeoutError("the emulator thread did not stop in time")
+
+    def records(self) -> list[RequestRecord]:
+        """A snapshot copy of the kept request records, oldest first."""
+        return self._store.snapshot()
+
+    def wait_for(
+        self, predicate: Callable[[RequestRecord], bool], timeout: float = 5.0
+    ) -> RequestRecord:
+        """Block this thread until a record satisfies ``predicate``; TimeoutError otherwise."""
+        return self._store.wait_for(predicate, timeout)
+
+    def __enter__(self) -> EmbeddedEmulator:
+        return self.start() if self._thread is None else self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        asyncio.run(self._serve())
+
+    async def _serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop_event = asyncio.Event()
+        # handler_cancellation: a client hanging up cancels its handler even mid-sleep.
+        # access_log=None: one log line per request is measurable under benchmark load.
+        runner = web.AppRunner(
+            self._app,
+            handler_cancellation=True,
+            shutdown_timeout=self._shutdown_timeout,
+            access_log=None,
+        )
+        try:
+            await runner.setup()
+            site = web.TCPSite(runner, self.host, self.port)
+            await site.start()
+            self.port = runner.addresses[0][1]
+        except BaseException as exc:
+            self._startup_error = exc
+            self._ready.set()
+            await runner.cleanup()
+            return
+        self._ready.set()
+        try:
+            await self._stop_event.wait()
+        finally:
+            await runner.cleanup()
