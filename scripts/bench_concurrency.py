@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,8 +108,8 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def bench(args: argparse.Namespace) -> dict[str, object]:
-    """Run the scenario and return the figures."""
+async def bench(args: argparse.Namespace, extra_env: dict[str, str] | None = None) -> dict[str, object]:
+    """Run the scenario (service settings ``extra_env`` added) and return the figures."""
     emulator_port, service_port = free_port(), free_port()
     emulator_url = f"http://127.0.0.1:{emulator_port}"
     service_url = f"http://127.0.0.1:{service_port}"
@@ -125,10 +125,16 @@ async def bench(args: argparse.Namespace) -> dict[str, object]:
         "AWS_DEFAULT_REGION": "us-east-1",
         "AWS_ACCESS_KEY_ID": "bench",
         "AWS_SECRET_ACCESS_KEY": "bench",
+        **(extra_env or {}),
     }
     connector = aiohttp.TCPConnector(limit=0)
-    service_cmd = [*args.service_wrapper.split(), sys.executable, "-m", "service"]
-    with process(emulator_cmd, {}), process(service_cmd, service_env):
+    with ExitStack() as stack:
+        if args.attach:
+            # Use a service and emulator already running (to profile them, say).
+            service_url, emulator_url = args.attach.split(",")
+        else:
+            stack.enter_context(process(emulator_cmd, {}))
+            stack.enter_context(process([sys.executable, "-m", "service"], service_env))
         await wait_until_up(emulator_url + "/_emulator/records")
         await wait_until_up(service_url + "/healthz")
         async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as session:
@@ -177,25 +183,10 @@ async def bench(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
-def main() -> None:
-    """Command line entry point."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=200)
-    parser.add_argument("--tokens", type=int, default=50)
-    parser.add_argument("--tps", type=float, default=20.0, help="emulator tokens per second")
-    parser.add_argument("--ttft-ms", type=float, default=200.0, help="emulator time to first token")
-    parser.add_argument("--single-repeats", type=int, default=3)
-    parser.add_argument("--warm", type=int, default=8, help="concurrent short runs before measuring (warms pools)")
-    parser.add_argument("--json", action="store_true", help="print JSON only")
-    parser.add_argument(
-        "--service-wrapper", default="", help='command to run the service under, e.g. "py-spy record -o s.svg --"'
-    )
-    args = parser.parse_args()
-    result = asyncio.run(bench(args))
-    if args.json:
-        print(json.dumps(result))
-        return
-    print(f"{result['runs']} concurrent runs, {result['tokens_per_run']} tokens each at {result['tokens_per_second']} tokens/s (TTFT {result['ttft_ms']} ms)")
+def report(result: dict[str, object], title: str = "") -> None:
+    """Print one scenario's figures for people."""
+    print(f"{title}{result['runs']} concurrent runs, {result['tokens_per_run']} tokens each at "
+          f"{result['tokens_per_second']} tokens/s (TTFT {result['ttft_ms']} ms)")
     print(f"  every run ended with done:  {result['all_done']}")
     print(f"  one run alone:              {result['single_run_s']} s")
     print(f"  {result['runs']} at once:                {result['concurrent_wall_s']} s  (ratio {result['ratio']}, goal < 2)")
@@ -204,6 +195,56 @@ def main() -> None:
     added = result["first_token_added_ms"]
     if added:
         print(f"  first token, emulator to client: p50 {added['p50']} ms, p99 {added['p99']} ms ({added['samples']} runs)")
+
+
+async def compare_gc(args: argparse.Namespace, rounds: int) -> dict[str, object]:
+    """The same scenario with the service's GC tuning off and on, alternating, in one run."""
+    off, on = [], []
+    for _ in range(rounds):
+        off.append(await bench(args, {"AGENT_GC_TUNING": "false"}))
+        on.append(await bench(args, {"AGENT_GC_TUNING": "true"}))
+
+    def p99s(results: list[dict[str, object]]) -> list[float]:
+        return [result["loop_lag_ms"]["p99"] for result in results]  # type: ignore[index]
+
+    return {
+        "gc_tuning_off_p99_ms": p99s(off),
+        "gc_tuning_on_p99_ms": p99s(on),
+        "median_ratio_off_to_on": round(statistics.median(p99s(off)) / max(statistics.median(p99s(on)), 1e-9), 2),
+        "runs": [*off, *on],
+    }
+
+
+def main() -> None:
+    """Command line entry point."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--tokens", type=int, default=50)
+    parser.add_argument("--tps", type=float, default=20.0, help="emulator tokens per second")
+    parser.add_argument("--ttft-ms", type=float, default=200.0, help="emulator time to first token")
+    parser.add_argument("--single-repeats", type=int, default=3)
+    parser.add_argument("--warm", type=int, default=200, help="concurrent short runs first, as a running service has warm pools")
+    parser.add_argument("--compare-gc", type=int, default=0, metavar="ROUNDS",
+                        help="run ROUNDS times with the service's GC tuning off and on, and compare loop lag")
+    parser.add_argument("--json", action="store_true", help="print JSON only")
+    parser.add_argument(
+        "--attach", default="", metavar="SERVICE_URL,EMULATOR_URL", help="use running processes instead of starting them"
+    )
+    args = parser.parse_args()
+    if args.compare_gc:
+        comparison = asyncio.run(compare_gc(args, args.compare_gc))
+        if args.json:
+            print(json.dumps(comparison))
+            return
+        print(f"event-loop lag p99 (ms), GC tuning off: {comparison['gc_tuning_off_p99_ms']}")
+        print(f"event-loop lag p99 (ms), GC tuning on:  {comparison['gc_tuning_on_p99_ms']}")
+        print(f"median off / on: {comparison['median_ratio_off_to_on']}x")
+        return
+    result = asyncio.run(bench(args))
+    if args.json:
+        print(json.dumps(result))
+    else:
+        report(result)
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ class Settings(BaseSettings):
     emulator_ttft_ms: float = Field(150.0, ge=0)
     emulator_tokens_per_second: float = Field(40.0, ge=0)
     sse_ping_interval_s: float = Field(15.0, gt=0)
+    gc_tuning: bool = True
 
     @field_validator("api_keys", "allowed_origins", "mcp_servers", mode="before")
     @classmethod
