@@ -114,8 +114,15 @@ async def bench(args: argparse.Namespace, extra_env: dict[str, str] | None = Non
     emulator_url = f"http://127.0.0.1:{emulator_port}"
     service_url = f"http://127.0.0.1:{service_port}"
     emulator_cmd = [
-        sys.executable, "-m", "service.emulator", "--port", str(emulator_port),
-        "--ttft-ms", str(args.ttft_ms), "--tokens-per-second", str(args.tps),
+        sys.executable,
+        "-m",
+        "service.emulator",
+        "--port",
+        str(emulator_port),
+        "--ttft-ms",
+        str(args.ttft_ms),
+        "--tokens-per-second",
+        str(args.tps),
     ]
     service_env = {
         "AGENT_PROVIDER": "bedrock",
@@ -137,16 +144,23 @@ async def bench(args: argparse.Namespace, extra_env: dict[str, str] | None = Non
             stack.enter_context(process([sys.executable, "-m", "service"], service_env))
         await wait_until_up(emulator_url + "/_emulator/records")
         await wait_until_up(service_url + "/healthz")
-        async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as session:
+        async with aiohttp.ClientSession(
+            connector=connector, timeout=aiohttp.ClientTimeout(total=600)
+        ) as session:
             # warm up boto3's connection pool and the code paths
-            await asyncio.gather(*(one_run(session, service_url, f"warm {n} [emu:tokens=5]") for n in range(args.warm)))
+            await asyncio.gather(
+                *(one_run(session, service_url, f"warm {n} [emu:tokens=5]") for n in range(args.warm))
+            )
             singles = [
                 await one_run(session, service_url, f"single {n} [emu:tokens={args.tokens}]")
                 for n in range(args.single_repeats)
             ]
             load_start = time.monotonic()
             many = await asyncio.gather(
-                *(one_run(session, service_url, f"load {n} [emu:tokens={args.tokens}]") for n in range(args.runs))
+                *(
+                    one_run(session, service_url, f"load {n} [emu:tokens={args.tokens}]")
+                    for n in range(args.runs)
+                )
             )
             load_end = time.monotonic()
             async with session.get(service_url + f"/healthz?lag_since={load_start}") as response:
@@ -185,16 +199,24 @@ async def bench(args: argparse.Namespace, extra_env: dict[str, str] | None = Non
 
 def report(result: dict[str, object], title: str = "") -> None:
     """Print one scenario's figures for people."""
-    print(f"{title}{result['runs']} concurrent runs, {result['tokens_per_run']} tokens each at "
-          f"{result['tokens_per_second']} tokens/s (TTFT {result['ttft_ms']} ms)")
+    print(
+        f"{title}{result['runs']} concurrent runs, {result['tokens_per_run']} tokens each at "
+        f"{result['tokens_per_second']} tokens/s (TTFT {result['ttft_ms']} ms)"
+    )
     print(f"  every run ended with done:  {result['all_done']}")
     print(f"  one run alone:              {result['single_run_s']} s")
-    print(f"  {result['runs']} at once:                {result['concurrent_wall_s']} s  (ratio {result['ratio']}, goal < 2)")
+    print(
+        f"  {result['runs']} at once:                {result['concurrent_wall_s']} s  (ratio {result['ratio']}, goal < 2)"
+    )
     lag = result["loop_lag_ms"]
-    print(f"  event-loop lag under load:  p50 {lag['p50']} ms, p99 {lag['p99']} ms, max {lag['max']} ms  (goal p99 < 20 ms)")
+    print(
+        f"  event-loop lag under load:  p50 {lag['p50']} ms, p99 {lag['p99']} ms, max {lag['max']} ms  (goal p99 < 20 ms)"
+    )
     added = result["first_token_added_ms"]
     if added:
-        print(f"  first token, emulator to client: p50 {added['p50']} ms, p99 {added['p99']} ms ({added['samples']} runs)")
+        print(
+            f"  first token, emulator to client: p50 {added['p50']} ms, p99 {added['p99']} ms ({added['samples']} runs)"
+        )
 
 
 async def compare_gc(args: argparse.Namespace, rounds: int) -> dict[str, object]:
@@ -210,25 +232,42 @@ async def compare_gc(args: argparse.Namespace, rounds: int) -> dict[str, object]
     return {
         "gc_tuning_off_p99_ms": p99s(off),
         "gc_tuning_on_p99_ms": p99s(on),
-        "median_ratio_off_to_on": round(statistics.median(p99s(off)) / max(statistics.median(p99s(on)), 1e-9), 2),
+        "median_ratio_off_to_on": round(
+            statistics.median(p99s(off)) / max(statistics.median(p99s(on)), 1e-9), 2
+        ),
         "runs": [*off, *on],
     }
 
 
 def main() -> None:
     """Command line entry point."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--tokens", type=int, default=50)
     parser.add_argument("--tps", type=float, default=20.0, help="emulator tokens per second")
     parser.add_argument("--ttft-ms", type=float, default=200.0, help="emulator time to first token")
     parser.add_argument("--single-repeats", type=int, default=3)
-    parser.add_argument("--warm", type=int, default=200, help="concurrent short runs first, as a running service has warm pools")
-    parser.add_argument("--compare-gc", type=int, default=0, metavar="ROUNDS",
-                        help="run ROUNDS times with the service's GC tuning off and on, and compare loop lag")
+    parser.add_argument(
+        "--warm",
+        type=int,
+        default=200,
+        help="concurrent short runs first, as a running service has warm pools",
+    )
+    parser.add_argument(
+        "--compare-gc",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="run ROUNDS times with the service's GC tuning off and on, and compare loop lag",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON only")
     parser.add_argument(
-        "--attach", default="", metavar="SERVICE_URL,EMULATOR_URL", help="use running processes instead of starting them"
+        "--attach",
+        default="",
+        metavar="SERVICE_URL,EMULATOR_URL",
+        help="use running processes instead of starting them",
     )
     args = parser.parse_args()
     if args.compare_gc:

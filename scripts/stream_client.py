@@ -70,7 +70,9 @@ def show(event: dict[str, Any], out: TextIO) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point; exit status 1 when the run ended in an error."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("message", help="the question")
     parser.add_argument("--url", default="http://127.0.0.1:8080", help="where the service listens")
     parser.add_argument("--max-turns", type=int, default=None)

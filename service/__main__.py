@@ -60,7 +60,9 @@ def _serve(settings: Settings) -> None:
         handler_cancellation=True,
         shutdown_timeout=settings.shutdown_timeout_s,
         access_log=None,
-        print=lambda message: print(message.replace("http://", f"agentstream ({settings.provider}) on http://"), flush=True),
+        print=lambda message: print(
+            message.replace("http://", f"agentstream ({settings.provider}) on http://"), flush=True
+        ),
     )
 
 

@@ -8,9 +8,8 @@ streams get their terminal event and close before the server stops.
 from __future__ import annotations
 
 import logging
-import weakref
 from collections.abc import AsyncIterator, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -21,6 +20,7 @@ from service.config import Settings, load_settings
 from service.core.log import MemoryEventLog
 from service.core.runs import RunManager
 from service.core.sessions import MemorySessionStore, SessionStore
+from service.errors import ProviderError
 from service.monitor import LoopLagMonitor
 from service.providers.base import ModelProvider
 
@@ -39,24 +39,9 @@ class Services:
     monitor: LoopLagMonitor
     provider: ModelProvider | None = None
     emulator: Any = None
-    streams: weakref.WeakSet[web.StreamResponse] = field(default_factory=weakref.WeakSet)
 
 
 SERVICES = web.AppKey("services", Services)
-
-
-class _LateProvider:
-    """Stands for the provider until ``cleanup_ctx`` has made it (the emulator must start first)."""
-
-    name = "pending"
-
-    def __init__(self) -> None:
-        self.target: ModelProvider | None = None
-
-    def __getattr__(self, item: str) -> Any:
-        if self.target is None:
-            raise RuntimeError("the model provider is not started yet")
-        return getattr(self.target, item)
 
 
 def make_provider(settings: Settings, emulator_url: str | None = None) -> ModelProvider:
@@ -79,7 +64,9 @@ def make_provider(settings: Settings, emulator_url: str | None = None) -> ModelP
         )
     if settings.provider == "bedrock":
         return BedrockProvider(**common)
-    raise web.HTTPNotImplemented(reason=f"provider {settings.provider!r} is not available yet")
+    raise ProviderError(
+        f"AGENT_PROVIDER={settings.provider} is not available in this version", code="unavailable"
+    )
 
 
 def create_app(
@@ -93,9 +80,9 @@ def create_app(
 
     settings = settings or load_settings()
     executor = ToolExecutor([*builtin_tools(), *tools], timeout=settings.tool_timeout_s)
-    late = _LateProvider()
+    # The provider is made at start-up (the embedded emulator must be listening first).
     agent = AgentLoop(
-        late,  # type: ignore[arg-type]
+        provider,
         executor,
         system_prompt=settings.system_prompt,
         max_tokens=settings.max_tokens,
@@ -106,7 +93,9 @@ def create_app(
     services = Services(
         settings=settings,
         sessions=sessions,
-        runs=RunManager(agent, default_max_turns=settings.max_turns, max_concurrent=settings.max_concurrent_runs),
+        runs=RunManager(
+            agent, default_max_turns=settings.max_turns, max_concurrent=settings.max_concurrent_runs
+        ),
         agent=agent,
         tools=executor,
         monitor=LoopLagMonitor(),
@@ -133,7 +122,6 @@ def create_app(
                 ).start()
                 services.emulator = emulator
             made = make_provider(settings, emulator.url if emulator else None)
-        late.target = made
         services.provider = made
         agent.provider = made
         services.monitor.start()

@@ -27,9 +27,7 @@ class Settings(BaseSettings):
     max_turns: int = Field(10, ge=1, le=100)
     max_concurrent_runs: int = Field(256, ge=1, le=10_000)
     max_tokens: int = Field(4096, ge=1, le=200_000)
-    system_prompt: str = (
-        "You are a helpful assistant. Use the calculator tool for arithmetic."
-    )
+    system_prompt: str = "You are a helpful assistant. Use the calculator tool for arithmetic."
     openai_base_url: str = ""
     openai_api_key: str = ""
     session_events_max_bytes: int = Field(10 * 1024 * 1024, ge=1024)

@@ -48,4 +48,9 @@ class LoopLagMonitor:
         def pick(q: float) -> float:
             return round(samples[min(len(samples) - 1, int(q * len(samples)))] * 1000, 3)
 
-        return {"p50": pick(0.5), "p99": pick(0.99), "max": round(samples[-1] * 1000, 3), "samples": len(samples)}
+        return {
+            "p50": pick(0.5),
+            "p99": pick(0.99),
+            "max": round(samples[-1] * 1000, 3),
+            "samples": len(samples),
+        }

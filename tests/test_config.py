@@ -29,7 +29,12 @@ def test_comma_separated_lists(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize(
     ("name", "value"),
-    [("AGENT_PORT", "eighty"), ("AGENT_MAX_TURNS", "0"), ("AGENT_PROVIDER", "gpt"), ("AGENT_MAX_CONCURRENT_RUNS", "-1")],
+    [
+        ("AGENT_PORT", "eighty"),
+        ("AGENT_MAX_TURNS", "0"),
+        ("AGENT_PROVIDER", "gpt"),
+        ("AGENT_MAX_CONCURRENT_RUNS", "-1"),
+    ],
 )
 def test_bad_value_names_the_variable(monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> None:
     monkeypatch.setenv(name, value)

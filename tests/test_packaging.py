@@ -48,5 +48,7 @@ def test_console_script_and_lower_bounds() -> None:
     config = configparser.ConfigParser()
     config.read(ROOT / "setup.cfg")
     assert "agentstream = service.__main__:main" in config["options.entry_points"]["console_scripts"]
-    requirements = [line.strip() for line in config["options"]["install_requires"].splitlines() if line.strip()]
+    requirements = [
+        line.strip() for line in config["options"]["install_requires"].splitlines() if line.strip()
+    ]
     assert requirements and all(">=" in line for line in requirements)

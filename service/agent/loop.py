@@ -36,7 +36,7 @@ class AgentLoop:
 
     def __init__(
         self,
-        provider: ModelProvider,
+        provider: ModelProvider | None,
         tools: ToolExecutor,
         *,
         system_prompt: str = "",
@@ -51,8 +51,13 @@ class AgentLoop:
         self.throttle_retries = throttle_retries
         self.backoff_s = backoff_s
 
-    async def run(self, messages: list[dict[str, Any]], user_text: str, max_turns: int) -> AsyncIterator[Event]:
+    async def run(
+        self, messages: list[dict[str, Any]], user_text: str, max_turns: int
+    ) -> AsyncIterator[Event]:
         """Append ``user_text`` to ``messages`` and work until end of turn, max tokens or max turns."""
+        if self.provider is None:
+            raise RuntimeError("the agent loop has no model provider yet")
+        provider = self.provider
         messages.append({"role": "user", "content": [{"text": user_text}]})
         total = Usage()
         tool_calls: list[ToolCall] = []
@@ -78,10 +83,10 @@ class AgentLoop:
             parser = None
             try:
                 for attempt in range(self.throttle_retries + 1):
-                    parser = self.provider.new_parser(turn)
+                    parser = provider.new_parser(turn)
                     emitted = False
                     try:
-                        async with aclosing(self.provider.stream(request)) as stream:
+                        async with aclosing(provider.stream(request)) as stream:
                             async for raw in stream:
                                 for event in parser.feed(raw):
                                     emitted = True
@@ -129,7 +134,9 @@ class AgentLoop:
                 messages.append(
                     {
                         "role": "user",
-                        "content": [_tool_result_block(outcomes[use.tool_use_id]) for use in result.tool_uses],
+                        "content": [
+                            _tool_result_block(outcomes[use.tool_use_id]) for use in result.tool_uses
+                        ],
                     }
                 )
                 tool_calls.extend(

@@ -264,9 +264,7 @@ class BedrockStreamParser:
             if index in self._blocks:
                 return []
             spec = start["toolUse"] if isinstance(start["toolUse"], dict) else {}
-            block = _ToolBlock(
-                tool=str(spec.get("name", "")), tool_use_id=str(spec.get("toolUseId", ""))
-            )
+            block = _ToolBlock(tool=str(spec.get("name", "")), tool_use_id=str(spec.get("toolUseId", "")))
             self._blocks[index] = block
             return [ToolUseStart(tool=block.tool, tool_use_id=block.tool_use_id, turn=self.turn)]
         if "reasoningContent" in start:
@@ -406,9 +404,7 @@ def _stream_exception_event(key: str, payload: Any) -> ModelStreamError:
     """The error for an exception event found inside the stream."""
     message = payload.get("message") if isinstance(payload, dict) else payload
     message = message if isinstance(message, str) else ""
-    return ModelStreamError(
-        _describe(key, message), code=key, retryable=key in RETRYABLE_STREAM_ERRORS
-    )
+    return ModelStreamError(_describe(key, message), code=key, retryable=key in RETRYABLE_STREAM_ERRORS)
 
 
 def _client_error_parts(exc: botocore_exceptions.ClientError) -> tuple[str, str, int | None]:
@@ -435,9 +431,7 @@ def stream_error_from_exception(exc: BaseException) -> ProviderError:
         code, message, status = _client_error_parts(exc)
         retryable = code.lower() in _RETRYABLE_CODES or status == 429 or (status or 0) >= 500
         return ProviderError(_describe(code, message), code=code, retryable=retryable)
-    if isinstance(
-        exc, (botocore_exceptions.NoCredentialsError, botocore_exceptions.PartialCredentialsError)
-    ):
+    if isinstance(exc, (botocore_exceptions.NoCredentialsError, botocore_exceptions.PartialCredentialsError)):
         return ProviderError(
             f"No usable AWS credentials were found for Bedrock: {exc}",
             code="no_credentials",
@@ -451,9 +445,7 @@ def stream_error_from_exception(exc: BaseException) -> ProviderError:
         )
     # Timeouts are tested before the connection errors they subclass, to keep their own code.
     if isinstance(exc, (botocore_exceptions.ReadTimeoutError, urllib3.exceptions.ReadTimeoutError)):
-        return ProviderError(
-            f"Bedrock did not answer in time: {exc}", code="read_timeout", retryable=True
-        )
+        return ProviderError(f"Bedrock did not answer in time: {exc}", code="read_timeout", retryable=True)
     if isinstance(exc, botocore_exceptions.ConnectTimeoutError):
         return ProviderError(
             f"Could not reach Bedrock in time: {exc}", code="connect_timeout", retryable=True

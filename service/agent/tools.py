@@ -86,7 +86,7 @@ class FunctionTool(Tool):
         self.input_schema = input_schema
         self.func = func
         self._is_async = inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(
-            getattr(func, "__call__", None)
+            getattr(func, "__call__", None)  # noqa: B004 - an object whose __call__ is async
         )
 
     async def call(self, input: dict[str, Any]) -> str:
@@ -284,10 +284,7 @@ class ToolExecutor:
         if len(text) <= self.max_result_chars:
             return text
         omitted = len(text) - self.max_result_chars
-        return (
-            text[: self.max_result_chars]
-            + f"\n[truncated: {omitted} of {len(text)} characters omitted]"
-        )
+        return text[: self.max_result_chars] + f"\n[truncated: {omitted} of {len(text)} characters omitted]"
 
     @staticmethod
     def _reraise_if_cancelled(task: asyncio.Task[Any] | None, cancelling_before: int) -> None:
@@ -616,9 +613,7 @@ def _check_size(tree: ast.Expression) -> None:
         current, depth = stack.pop()
         deepest = max(deepest, depth)
         stack.extend(
-            (child, depth + 1)
-            for child in ast.iter_child_nodes(current)
-            if isinstance(child, ast.expr)
+            (child, depth + 1) for child in ast.iter_child_nodes(current) if isinstance(child, ast.expr)
         )
     if deepest > MAX_DEPTH:
         raise CalculatorError(f"expression nested too deeply (limit is {MAX_DEPTH} levels)")

@@ -10,7 +10,7 @@ process (Redis) can rebuild them with :data:`EVENT_ADAPTER`.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -163,20 +163,18 @@ class StatusChange(_Event):
 
 
 Event = Annotated[
-    Union[
-        RunStarted,
-        TextDelta,
-        ReasoningDelta,
-        ToolUseStart,
-        ToolInputDelta,
-        ToolUse,
-        ToolExecuting,
-        ToolResult,
-        TurnCompleted,
-        RunDone,
-        RunError,
-        StatusChange,
-    ],
+    RunStarted
+    | TextDelta
+    | ReasoningDelta
+    | ToolUseStart
+    | ToolInputDelta
+    | ToolUse
+    | ToolExecuting
+    | ToolResult
+    | TurnCompleted
+    | RunDone
+    | RunError
+    | StatusChange,
     Field(discriminator="type"),
 ]
 

@@ -187,7 +187,9 @@ class RunManager:
                     await self._finish(run, event)
                     return
                 await event_log.append(event)
-            await self._finish(run, RunError(error="the agent stopped without a result", turns=progress.turns))
+            await self._finish(
+                run, RunError(error="the agent stopped without a result", turns=progress.turns)
+            )
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if current is not None:

@@ -87,10 +87,9 @@ class RecordStore:
         with self._condition:
             return [dataclasses.replace(record) for record in self._records]
 
-    def wait_for(
-        self, predicate: Callable[[RequestRecord], bool], timeout: float = 5.0
-    ) -> RequestRecord:
+    def wait_for(self, predicate: Callable[[RequestRecord], bool], timeout: float = 5.0) -> RequestRecord:
         """Block until some record satisfies ``predicate``; return a copy of the newest such."""
+
         def find() -> RequestRecord | None:
             for record in reversed(self._records):
                 if predicate(record):

@@ -37,8 +37,22 @@ _BINARY_OP_RE = re.compile(r"[0-9.)]\s*(?:\*\*|[+\-*/%^])\s*[-+(]*\s*[0-9.(]")
 
 _ANSWER_PREFIX = ("Here", "is", "an", "answer", "to:")
 _FILLER = (
-    "the", "emulator", "answers", "with", "a", "steady", "stream", "of", "plain",
-    "words", "so", "that", "every", "run", "is", "repeatable.",
+    "the",
+    "emulator",
+    "answers",
+    "with",
+    "a",
+    "steady",
+    "stream",
+    "of",
+    "plain",
+    "words",
+    "so",
+    "that",
+    "every",
+    "run",
+    "is",
+    "repeatable.",
 )
 _REASONING_WORDS = ("Let", "me", "think", "this", "through", "step", "by", "step.")
 
@@ -356,7 +370,7 @@ def _tool_use_id(question: str, conversation_length: int, index: int) -> str:
 
 def _split_fragments(text: str, parts: int = 3) -> list[str]:
     cuts = [len(text) * k // parts for k in range(parts + 1)]
-    return [text[a:b] for a, b in zip(cuts, cuts[1:]) if b > a]
+    return [text[a:b] for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
 
 
 def _word_deltas(words: list[str]) -> list[str]:
@@ -468,9 +482,7 @@ def plan_response(body: Any, *, default_tokens: int = DEFAULT_ANSWER_TOKENS) -> 
 
     http_error = _http_error(directives)
     if http_error is not None:
-        return Plan(
-            http_error=http_error, user_text=prompt, ttft_ms=ttft_ms, tokens_per_second=tps
-        )
+        return Plan(http_error=http_error, user_text=prompt, ttft_ms=ttft_ms, tokens_per_second=tps)
 
     builder = _Builder(question, len(messages))
     if "reasoning" in directives:
@@ -487,7 +499,7 @@ def plan_response(body: Any, *, default_tokens: int = DEFAULT_ANSWER_TOKENS) -> 
         limit: int | None = None
         if "max_tokens" in directives:
             limit = MAX_TOKENS_DIRECTIVE_DELTAS
-        max_tokens = ((body.get("inferenceConfig") or {}).get("maxTokens"))
+        max_tokens = (body.get("inferenceConfig") or {}).get("maxTokens")
         if isinstance(max_tokens, int) and max_tokens >= 0:
             limit = max_tokens if limit is None else min(limit, max_tokens)
         if "max_tokens" in directives or (limit is not None and len(deltas) > limit):
@@ -508,9 +520,7 @@ def plan_response(body: Any, *, default_tokens: int = DEFAULT_ANSWER_TOKENS) -> 
         after = _int_value(directives, "fail_after", DEFAULT_FAIL_AFTER)
         steps = _inject_failure(steps, fail, max(0, after or 0))
 
-    return Plan(
-        steps=tuple(steps), user_text=prompt, ttft_ms=ttft_ms, tokens_per_second=tps
-    )
+    return Plan(steps=tuple(steps), user_text=prompt, ttft_ms=ttft_ms, tokens_per_second=tps)
 
 
 def _decide(
@@ -522,11 +532,7 @@ def _decide(
 ) -> tuple[list[_ToolCall], list[str]]:
     """The decision table: tool calls to make, or else the words of a text answer."""
     last = messages[-1]
-    results = (
-        _tool_results(_blocks(last))
-        if isinstance(last, dict) and last.get("role") == "user"
-        else []
-    )
+    results = _tool_results(_blocks(last)) if isinstance(last, dict) and last.get("role") == "user" else []
     if results:
         if "loop" in directives:
             return [_ToolCall(CALCULATOR, {"expression": "1+1"})], []
@@ -535,9 +541,7 @@ def _decide(
         return [_ToolCall(directives["tool"], {})], []
     tools_count = _int_value(directives, "tools", None)
     if tools_count is not None and tools_count >= 1:
-        return [
-            _ToolCall(CALCULATOR, {"expression": f"{k}+{k}"}) for k in range(1, tools_count + 1)
-        ], []
+        return [_ToolCall(CALCULATOR, {"expression": f"{k}+{k}"}) for k in range(1, tools_count + 1)], []
     if "loop" in directives:
         return [_ToolCall(CALCULATOR, {"expression": "1+1"})], []
     expression = extract_expression(question)

@@ -95,9 +95,7 @@ async def _converse_stream(request: web.Request) -> web.StreamResponse:
     try:
         body = json.loads(raw)
     except ValueError:
-        plan = Plan(
-            http_error=HttpError(400, "ValidationException", "The request body is not valid JSON.")
-        )
+        plan = Plan(http_error=HttpError(400, "ValidationException", "The request body is not valid JSON."))
     else:
         plan = plan_response(body, default_tokens=config.default_tokens)
 
@@ -105,9 +103,7 @@ async def _converse_stream(request: web.Request) -> web.StreamResponse:
     if plan.http_error is not None:
         headers, payload = error_body(plan.http_error)
         headers["x-amzn-RequestId"] = request_id
-        store.finish(
-            record, "error", status=plan.http_error.status, error_type=plan.http_error.error_type
-        )
+        store.finish(record, "error", status=plan.http_error.status, error_type=plan.http_error.error_type)
         return web.Response(status=plan.http_error.status, body=payload, headers=headers)
 
     streams = app[_STREAMS_KEY]
@@ -245,9 +241,7 @@ class EmbeddedEmulator:
         """A snapshot copy of the kept request records, oldest first."""
         return self._store.snapshot()
 
-    def wait_for(
-        self, predicate: Callable[[RequestRecord], bool], timeout: float = 5.0
-    ) -> RequestRecord:
+    def wait_for(self, predicate: Callable[[RequestRecord], bool], timeout: float = 5.0) -> RequestRecord:
         """Block this thread until a record satisfies ``predicate``; TimeoutError otherwise."""
         return self._store.wait_for(predicate, timeout)
 

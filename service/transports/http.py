@@ -135,7 +135,7 @@ async def read_json(request: web.Request, model: type[Model]) -> Model:
         raise json_error(422, f"invalid request: {summary}", details=details) from None
 
 
-async def follow_run(services: Services, session: Session, after_id: int = 0) -> AsyncIterator[Event]:
+async def follow_run(session: Session, after_id: int = 0) -> AsyncIterator[Event]:
     """The session's events after ``after_id`` until the query's terminal event (inclusive)."""
     async for batch in session.log.subscribe(after_id):
         for entry in batch:
@@ -172,7 +172,7 @@ async def agent_run(request: web.Request) -> web.Response:
     parts: list[str] = []
     terminal: Event | None = None
     try:
-        async for event in follow_run(services, session):
+        async for event in follow_run(session):
             if isinstance(event, TextDelta):
                 parts.append(event.text)
             elif is_terminal(event):

@@ -43,9 +43,8 @@ async def agent_stream(request: web.Request) -> web.StreamResponse:
             allow_all_methods=True,
             ping_interval=services.settings.sse_ping_interval_s,
         ) as response:
-            services.streams.add(response)
             terminal_sent = False
-            async for event in follow_run(services, session):
+            async for event in follow_run(session):
                 payload = dialects.agent(event)
                 if payload is not None:
                     await response.send(encode(payload))

@@ -165,9 +165,7 @@ def test_blank_text_block_is_dropped_from_message() -> None:
             message_stop("tool_use"),
         ]
     )
-    assert result.message["content"] == [
-        {"toolUse": {"toolUseId": "t1", "name": "calc", "input": {}}}
-    ]
+    assert result.message["content"] == [{"toolUse": {"toolUseId": "t1", "name": "calc", "input": {}}}]
 
 
 # -- tool use ---------------------------------------------------------------------------------
@@ -192,13 +190,9 @@ def test_tool_use_gathered_over_several_deltas() -> None:
         ToolInputDelta(tool_use_id="tooluse_1", delta='{"expr', turn=2),
         ToolInputDelta(tool_use_id="tooluse_1", delta='ession": "sqrt', turn=2),
         ToolInputDelta(tool_use_id="tooluse_1", delta='(144)"}', turn=2),
-        ToolUse(
-            tool="calculator", tool_use_id="tooluse_1", input={"expression": "sqrt(144)"}, turn=2
-        ),
+        ToolUse(tool="calculator", tool_use_id="tooluse_1", input={"expression": "sqrt(144)"}, turn=2),
     ]
-    assert result.tool_uses == [
-        PendingToolUse("calculator", "tooluse_1", {"expression": "sqrt(144)"}, None)
-    ]
+    assert result.tool_uses == [PendingToolUse("calculator", "tooluse_1", {"expression": "sqrt(144)"}, None)]
     assert result.message["content"] == [
         {
             "toolUse": {
@@ -465,9 +459,7 @@ def test_exception_events_raise_model_stream_error(key: str, retryable: bool) ->
 def test_throttling_event_message_is_clear() -> None:
     with pytest.raises(ModelStreamError) as info:
         BedrockStreamParser().feed({"throttlingException": {"message": "Too many requests"}})
-    assert str(info.value) == (
-        "Bedrock throttled the request (throttlingException): Too many requests"
-    )
+    assert str(info.value) == ("Bedrock throttled the request (throttlingException): Too many requests")
 
 
 def test_result_without_message_stop_raises() -> None:
@@ -562,9 +554,7 @@ def test_client_error_without_error_body() -> None:
         (RuntimeError("weird"), "provider_error", False),
     ],
 )
-def test_botocore_errors_become_provider_errors(
-    exc: BaseException, code: str, retryable: bool
-) -> None:
+def test_botocore_errors_become_provider_errors(exc: BaseException, code: str, retryable: bool) -> None:
     error = stream_error_from_exception(exc)
     assert type(error) is ProviderError
     assert error.code == code

@@ -270,9 +270,7 @@ async def test_calculator_errors_become_error_outcomes() -> None:
 async def test_calculator_needs_an_expression_string(tool_input: dict[str, Any]) -> None:
     outcome = await ToolExecutor(builtin_tools()).run("calculator", "tu_1", tool_input)
     assert outcome.is_error
-    assert outcome.result == (
-        "Tool 'calculator' failed: CalculatorError: input needs an 'expression' string"
-    )
+    assert outcome.result == ("Tool 'calculator' failed: CalculatorError: input needs an 'expression' string")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -380,9 +378,7 @@ async def test_raising_tool() -> None:
     outcome = await executor.run("boom", "tu_1", {})
     assert outcome.is_error
     assert outcome.result == "Tool 'boom' failed: RuntimeError: kaput"
-    assert (await executor.run("aboom", "tu_2", {})).result == (
-        "Tool 'aboom' failed: KeyError: 'missing'"
-    )
+    assert (await executor.run("aboom", "tu_2", {})).result == ("Tool 'aboom' failed: KeyError: 'missing'")
     assert (await executor.run("silent", "tu_3", {})).result == "Tool 'silent' failed: RuntimeError"
 
 
@@ -424,9 +420,7 @@ async def test_function_tools_sync_and_async_and_numbers() -> None:
     assert (await executor.run("coro", "tu_4", {})).result == "hello lambda"
 
 
-@pytest.mark.parametrize(
-    ("value", "type_name"), [(None, "NoneType"), (True, "bool"), ([1], "list")]
-)
+@pytest.mark.parametrize(("value", "type_name"), [(None, "NoneType"), (True, "bool"), ([1], "list")])
 async def test_function_tool_results_must_be_text_or_numbers(value: Any, type_name: str) -> None:
     outcome = await ToolExecutor([make_tool("odd", lambda _input: value)]).run("odd", "tu_1", {})
     assert outcome.is_error
@@ -518,9 +512,7 @@ async def test_long_error_messages_are_truncated_too() -> None:
     def boom(_input: dict[str, Any]) -> str:
         raise ValueError("z" * 1000)
 
-    outcome = await ToolExecutor([make_tool("boom", boom)], max_result_chars=50).run(
-        "boom", "tu_1", {}
-    )
+    outcome = await ToolExecutor([make_tool("boom", boom)], max_result_chars=50).run("boom", "tu_1", {})
     assert outcome.is_error
     assert "truncated" in outcome.result
     assert len(outcome.result) < 120
@@ -558,9 +550,7 @@ async def test_cancellation_wins_over_a_tool_that_swallows_it() -> None:
             raise RuntimeError("not stopping") from None
         return "never"
 
-    task = asyncio.create_task(
-        ToolExecutor([make_tool("stubborn", stubborn)]).run("stubborn", "tu_1", {})
-    )
+    task = asyncio.create_task(ToolExecutor([make_tool("stubborn", stubborn)]).run("stubborn", "tu_1", {}))
     await started.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -696,9 +686,7 @@ async def test_stopping_run_all_early_cancels_the_rest() -> None:
     executor = hanging_tools(started, cancelled)
     executor.register(make_tool("quick", lambda _input: "done"))
 
-    async with contextlib.aclosing(
-        executor.run_all([("h0", "tu_0", {}), ("quick", "tu_1", {})])
-    ) as outcomes:
+    async with contextlib.aclosing(executor.run_all([("h0", "tu_0", {}), ("quick", "tu_1", {})])) as outcomes:
         async for outcome in outcomes:
             assert outcome.result == "done"
             await started[0].wait()

@@ -22,13 +22,20 @@ class ScriptedAgent:
         self.fail = fail
         self.started = asyncio.Event()
 
-    async def run(self, messages: list[dict[str, Any]], user_text: str, max_turns: int) -> AsyncIterator[Event]:
+    async def run(
+        self, messages: list[dict[str, Any]], user_text: str, max_turns: int
+    ) -> AsyncIterator[Event]:
         messages.append({"role": "user", "content": [{"text": user_text}]})
         self.started.set()
         yield TextDelta(text="hello")
         if self.fail:
             raise RuntimeError("boom")
-        yield TurnCompleted(turn=1, stop_reason="end_turn", usage=Usage(input_tokens=3, output_tokens=1, total_tokens=4), total_usage=Usage(input_tokens=3, output_tokens=1, total_tokens=4))
+        yield TurnCompleted(
+            turn=1,
+            stop_reason="end_turn",
+            usage=Usage(input_tokens=3, output_tokens=1, total_tokens=4),
+            total_usage=Usage(input_tokens=3, output_tokens=1, total_tokens=4),
+        )
         if self.gate is not None:
             await self.gate.wait()
         yield RunDone(turns=1, usage=Usage(input_tokens=3, output_tokens=1, total_tokens=4))
@@ -46,7 +53,14 @@ async def test_a_run_writes_its_events_and_ends_idle() -> None:
     run = await runs.start(session, "hi")
     assert session.status == RUNNING
     await run.wait()
-    assert await _types(store, session.id) == ["run_started", "status_change", "text_delta", "turn_completed", "status_change", "done"]
+    assert await _types(store, session.id) == [
+        "run_started",
+        "status_change",
+        "text_delta",
+        "turn_completed",
+        "status_change",
+        "done",
+    ]
     assert session.status == IDLE and runs.active == 0
     assert session.messages[0]["content"][0]["text"] == "hi"
 

@@ -62,9 +62,7 @@ def _follow_up(
             _user(question),
             {
                 "role": "assistant",
-                "content": [
-                    {"toolUse": {"toolUseId": tool_use_id, "name": "calculator", "input": {}}}
-                ],
+                "content": [{"toolUse": {"toolUseId": tool_use_id, "name": "calculator", "input": {}}}],
             },
             {
                 "role": "user",
@@ -98,9 +96,7 @@ def _tool_calls(plan: Plan) -> list[tuple[str, Any]]:
     calls: list[tuple[str, Any]] = []
     for start in (s for s in plan.steps if isinstance(s, StartToolUse)):
         fragments = [
-            s.fragment
-            for s in plan.steps
-            if isinstance(s, EmitToolInput) and s.index == start.index
+            s.fragment for s in plan.steps if isinstance(s, EmitToolInput) and s.index == start.index
         ]
         calls.append((start.name, json.loads("".join(fragments))))
     return calls
@@ -300,13 +296,12 @@ def test_tools_directive_makes_parallel_calculator_calls() -> None:
 
 def test_loop_directive_on_the_first_turn() -> None:
     """loop starts with a calculator call too."""
-    assert _tool_calls(plan_response(_body("[emu:loop] hello"))) == [
-        ("calculator", {"expression": "1+1"})
-    ]
+    assert _tool_calls(plan_response(_body("[emu:loop] hello"))) == [("calculator", {"expression": "1+1"})]
 
 
 def test_tool_use_ids_are_deterministic_and_depend_on_the_conversation() -> None:
     """Tool-use ids repeat for the same request and differ between turns."""
+
     def first_id(plan: Plan) -> str:
         return next(s.tool_use_id for s in plan.steps if isinstance(s, StartToolUse))
 
@@ -336,9 +331,7 @@ def test_inference_max_tokens_is_honoured() -> None:
     assert roomy.stop_reason == "end_turn"
 
 
-@pytest.mark.parametrize(
-    "reason", ["stop_sequence", "guardrail_intervened", "content_filtered", "end_turn"]
-)
+@pytest.mark.parametrize("reason", ["stop_sequence", "guardrail_intervened", "content_filtered", "end_turn"])
 def test_stop_directive_sets_the_stop_reason(reason: str) -> None:
     """stop=REASON ends the text answer with REASON."""
     assert plan_response(_body(f"[emu:stop={reason}] Hello")).stop_reason == reason
@@ -423,9 +416,7 @@ def test_out_of_range_http_status_is_ignored() -> None:
     assert plan_response(_body("[emu:http=200] Hi")).http_error is None
 
 
-@pytest.mark.parametrize(
-    "body", [None, [], "text", {}, {"messages": "hi"}, {"messages": []}]
-)
+@pytest.mark.parametrize("body", [None, [], "text", {}, {"messages": "hi"}, {"messages": []}])
 def test_invalid_bodies_are_validation_errors(body: Any) -> None:
     """Bodies without a messages list are 400 ValidationException."""
     plan = plan_response(body)

@@ -83,9 +83,7 @@ def _user(text: str) -> dict[str, Any]:
 
 def _converse(bedrock: Any, messages: list[dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
     """Call ConverseStream with the calculator offered."""
-    return bedrock.converse_stream(
-        modelId=MODEL_ID, messages=messages, toolConfig=CALCULATOR_TOOLS, **kwargs
-    )
+    return bedrock.converse_stream(modelId=MODEL_ID, messages=messages, toolConfig=CALCULATOR_TOOLS, **kwargs)
 
 
 def _events(response: dict[str, Any]) -> list[dict[str, Any]]:
@@ -107,6 +105,7 @@ def _text(events: list[dict[str, Any]]) -> str:
 
 def _record_for(emulator: EmbeddedEmulator, prompt: str, **match: Any) -> RequestRecord:
     """Wait for the record of ``prompt`` whose fields match."""
+
     def predicate(record: RequestRecord) -> bool:
         return record.user_text == prompt and all(
             getattr(record, key) == value for key, value in match.items()
@@ -154,9 +153,7 @@ def test_square_root_round_trip_through_the_calculator(bedrock: Any) -> None:
     assert tool_use["name"] == "calculator"
     assert tool_use["toolUseId"].startswith("tooluse_")
     fragments = [
-        e["contentBlockDelta"]["delta"]["toolUse"]["input"]
-        for e in events
-        if "contentBlockDelta" in e
+        e["contentBlockDelta"]["delta"]["toolUse"]["input"] for e in events if "contentBlockDelta" in e
     ]
     assert len(fragments) > 1
     tool_input = json.loads("".join(fragments))
@@ -358,9 +355,7 @@ async def test_records_endpoint_and_model_arn(raw_client: TestClient) -> None:
     """/_emulator/records lists the request, with an ARN model id decoded."""
     arn = "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.anthropic.claude"
     encoded = arn.replace(":", "%3A").replace("/", "%2F")
-    response = await raw_client.post(
-        _converse_path(encoded), json={"messages": [_user("Hello")]}
-    )
+    response = await raw_client.post(_converse_path(encoded), json={"messages": [_user("Hello")]})
     await response.read()
     records = await (await raw_client.get("/_emulator/records")).json()
     assert len(records) == 1

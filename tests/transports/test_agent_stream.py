@@ -23,7 +23,11 @@ async def test_square_root_runs_the_calculator_and_streams_every_step(client: Te
     assert types.index("tool_input_delta") < types.index("tool_executing") < first_result
     deltas = [e["delta"] for e in events if e["type"] == "tool_input_delta"]
     assert len(deltas) > 1 and json.loads("".join(deltas)) == {"expression": "sqrt(144)"}
-    assert all(e["id"] == tool_id for e in events if e["type"] in {"tool_input_delta", "tool_executing", "tool_result"})
+    assert all(
+        e["id"] == tool_id
+        for e in events
+        if e["type"] in {"tool_input_delta", "tool_executing", "tool_result"}
+    )
     assert events[first_result]["result"] == "12"
     assert "text_delta" in types[first_result:] and "text_delta" not in types[:first_result]
     text = "".join(e["text"] for e in events if e["type"] == "text_delta")
@@ -31,7 +35,9 @@ async def test_square_root_runs_the_calculator_and_streams_every_step(client: Te
     done = events[-1]
     assert types.count("done") == 1 and done["type"] == "done"
     assert done["turns"] == 2
-    assert done["tool_calls"] == [{"tool": "calculator", "input": {"expression": "sqrt(144)"}, "tool_use_id": tool_id}]
+    assert done["tool_calls"] == [
+        {"tool": "calculator", "input": {"expression": "sqrt(144)"}, "tool_use_id": tool_id}
+    ]
     usage = done["usage"]
     assert usage["input_tokens"] > 0 and usage["output_tokens"] > 0
     assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
@@ -138,7 +144,9 @@ async def _until_no_runs(client: TestClient) -> None:
 
 async def test_run_and_stream_give_the_same_text(client: TestClient) -> None:
     for question in ("What is the square root of 144?", "Describe a river [emu:tokens=20]"):
-        streamed = "".join(e["text"] for e in await stream_agent(client, question) if e["type"] == "text_delta")
+        streamed = "".join(
+            e["text"] for e in await stream_agent(client, question) if e["type"] == "text_delta"
+        )
         async with client.post("/agent/run", json={"message": question}) as response:
             assert response.status == 200
             body = await response.json()
