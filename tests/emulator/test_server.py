@@ -301,7 +301,7 @@ def test_config_pacing_is_followed() -> None:
         client = _client(emu)
         events = _events(_converse(client, [_user("[emu:tokens=11] Hello")]))
         assert _kinds(events).count("contentBlockDelta") == 11
-        (record,) = emu.records()
+        record = emu.wait_for(lambda r: r.outcome == "completed", 5.0)
     assert record.first_token_at - record.started_at >= 0.1  # type: ignore[operator]
     # Ten gaps of 10 ms after the first token.
     assert record.finished_at - record.first_token_at >= 0.095  # type: ignore[operator]
@@ -396,6 +396,11 @@ async def test_many_concurrent_paced_streams_keep_their_pace() -> None:
                     await response.read()
 
             await asyncio.gather(*(one(i) for i in range(streams)))
+        # The client may read the last byte before the handler records its outcome: wait for each.
+        for i in range(streams):
+            await asyncio.to_thread(
+                emu.wait_for, lambda r, i=i: r.user_text.endswith(f"stream {i}") and r.outcome != "running", 5.0
+            )
         records = emu.records()
     assert len(records) == streams
     assert all(r.outcome == "completed" and r.deltas_sent == tokens for r in records)
