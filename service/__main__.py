@@ -15,7 +15,7 @@ from service.errors import AgentStreamError
 
 def main(argv: list[str] | None = None) -> None:
     """Parse ``--host``/``--port``, validate the settings, and serve until stopped."""
-    parser = argparse.ArgumentParser(prog="agentstream", description=__doc__)
+    parser = argparse.ArgumentParser(prog="agentstream", description="Start the agentstream service.")
     parser.add_argument("--host", help="address to listen on (overrides AGENT_HOST)")
     parser.add_argument("--port", type=int, help="port to listen on (overrides AGENT_PORT)")
     args = parser.parse_args(argv)

@@ -399,7 +399,9 @@ async def test_many_concurrent_paced_streams_keep_their_pace() -> None:
         # The client may read the last byte before the handler records its outcome: wait for each.
         for i in range(streams):
             await asyncio.to_thread(
-                emu.wait_for, lambda r, i=i: r.user_text.endswith(f"stream {i}") and r.outcome != "running", 5.0
+                emu.wait_for,
+                lambda r, i=i: r.user_text.endswith(f"stream {i}") and r.outcome != "running",
+                5.0,
             )
         records = emu.records()
     assert len(records) == streams

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
 from aiohttp.test_utils import TestClient
 
 from tests.conftest import ClientFactory, services_of, sse_events, stream_agent
@@ -204,3 +205,63 @@ async def test_shutdown_sends_an_error_and_closes_open_streams(client: TestClien
         rest = [event["data"] async for event in events]
     assert rest[-1]["type"] == "error" and rest[-1]["code"] == "shutdown"
     assert await asyncio.to_thread(services_of(client).provider.wait_idle, 1.0)
+
+
+async def test_two_tool_uses_in_one_message_run_and_are_reported(client: TestClient) -> None:
+    events = await stream_agent(client, "Two sums please [emu:tools=2]")
+    starts = [e["id"] for e in events if e["type"] == "tool_use_start"]
+    results = {e["id"]: e["result"] for e in events if e["type"] == "tool_result"}
+    assert len(starts) == 2 and set(results) == set(starts)
+    assert sorted(results.values()) == ["2", "4"]
+    done = events[-1]
+    assert done["type"] == "done" and done["turns"] == 2
+    assert [call["tool_use_id"] for call in done["tool_calls"]] == starts
+
+
+async def test_reasoning_is_passed_on_and_kept_in_the_conversation(client: TestClient) -> None:
+    events = await stream_agent(client, "What is the square root of 144? [emu:reasoning]")
+    types = _types(events)
+    assert "reasoning_delta" in types and types.index("reasoning_delta") < types.index("tool_use_start")
+    assert events[-1]["type"] == "done" and events[-1]["turns"] == 2
+    # the second turn sent the reasoning block back and the emulator accepted the conversation
+    assert any(e["type"] == "tool_result" and e["result"] == "12" for e in events)
+
+
+async def test_other_stop_reasons_end_the_run(client: TestClient) -> None:
+    for reason in ("stop_sequence", "guardrail_intervened", "content_filtered"):
+        events = await stream_agent(client, f"Say it [emu:stop={reason}]")
+        assert events[-1]["type"] == "done" and events[-1]["stop_reason"] == reason
+
+
+async def test_model_errors_inside_the_stream_are_error_events(client: TestClient) -> None:
+    for code in ("modelStreamErrorException", "internalServerException", "validationException"):
+        events = await stream_agent(client, f"Say it [emu:fail={code}]")
+        assert events[-1]["type"] == "error" and events[-1]["code"] == code
+
+
+async def test_over_the_concurrency_limit_is_a_503_with_retry_after(make_client: ClientFactory) -> None:
+    client = await make_client(max_concurrent_runs=1)
+    async with client.post("/agent/stream", json={"message": "long [emu:tokens=2000] [emu:tps=50]"}) as first:
+        events = sse_events(first)
+        await anext(events)
+        async with client.post("/agent/run", json={"message": "second"}) as second:
+            assert second.status == 503 and second.headers["Retry-After"] == "1"
+            assert "limit" in (await second.json())["error"]
+        first.close()
+
+
+async def test_bedrock_provider_honours_boto3_endpoint_variable(
+    make_client: ClientFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from service.emulator import EmbeddedEmulator
+
+    with EmbeddedEmulator() as emulator:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_RUNTIME", emulator.url)
+        monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+        client = await make_client(provider="bedrock")
+        events = await stream_agent(client, "routed by the environment [emu:tokens=4]")
+        assert events[-1]["type"] == "done"
+        assert any(r.user_text.startswith("routed by the environment") for r in emulator.records())
+        assert services_of(client).provider.region == "eu-west-1"
