@@ -7,6 +7,7 @@ streams get their terminal event and close before the server stops.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
@@ -69,6 +70,15 @@ def make_provider(settings: Settings, emulator_url: str | None = None) -> ModelP
     )
 
 
+async def _expire_sessions(sessions: SessionStore, ttl_s: float) -> None:
+    """Drop idle sessions past their time-to-live, checking a few times per TTL."""
+    while True:
+        await asyncio.sleep(min(60.0, ttl_s / 4))
+        expired = await sessions.expire_idle()
+        if expired:
+            log.info("expired %d idle session(s)", len(expired))
+
+
 def create_app(
     settings: Settings | None = None,
     *,
@@ -77,6 +87,7 @@ def create_app(
 ) -> web.Application:
     """Build the application; ``tools`` are offered beside the built-in ones."""
     from service.transports import http, sse
+    from service.transports import sessions as session_routes
 
     settings = settings or load_settings()
     executor = ToolExecutor([*builtin_tools(), *tools], timeout=settings.tool_timeout_s)
@@ -88,8 +99,13 @@ def create_app(
         max_tokens=settings.max_tokens,
         throttle_retries=settings.throttle_retries,
         backoff_s=settings.throttle_backoff_s,
+        planning=settings.steps_planning,
     )
-    sessions = MemorySessionStore(lambda: MemoryEventLog(settings.session_events_max_bytes))
+    sessions = MemorySessionStore(
+        lambda: MemoryEventLog(settings.session_events_max_bytes),
+        max_sessions=settings.max_sessions,
+        ttl_s=settings.session_ttl_s,
+    )
     services = Services(
         settings=settings,
         sessions=sessions,
@@ -125,9 +141,14 @@ def create_app(
         services.provider = made
         agent.provider = made
         services.monitor.start()
+        reaper = asyncio.create_task(
+            _expire_sessions(sessions, settings.session_ttl_s), name="session-reaper"
+        )
         try:
             yield
         finally:
+            reaper.cancel()
+            await asyncio.gather(reaper, return_exceptions=True)
             await services.monitor.stop()
             await made.close()
             if emulator is not None:
@@ -140,5 +161,6 @@ def create_app(
     app.cleanup_ctx.append(resources)
     app.on_shutdown.append(on_shutdown)
     http.add_routes(app)
+    session_routes.add_routes(app)
     sse.add_routes(app)
     return app

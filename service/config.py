@@ -46,6 +46,13 @@ class Settings(BaseSettings):
     emulator_ttft_ms: float = Field(150.0, ge=0)
     emulator_tokens_per_second: float = Field(40.0, ge=0)
     sse_ping_interval_s: float = Field(15.0, gt=0)
+    sse_send_timeout_s: float = Field(30.0, gt=0)
+    heartbeat_interval_s: float = Field(15.0, gt=0)
+    max_sessions: int = Field(10_000, ge=1)
+    session_ttl_s: float = Field(3600.0, gt=0)
+    merge_deltas_after: int = Field(64, ge=2)
+    steps_planning: bool = False
+    poll_max_events: int = Field(1000, ge=1, le=100_000)
     gc_tuning: bool = True
 
     @field_validator("api_keys", "allowed_origins", "mcp_servers", mode="before")

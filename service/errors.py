@@ -8,7 +8,8 @@
      ├── EventsPurged           a reader asked for events the log no longer keeps
      ├── SessionNotFound        no such session (or not the caller's)
      ├── RunInProgress          a session already runs a query
-     └── Overloaded             the instance runs as many queries as it may
+     ├── Overloaded             the instance runs as many queries as it may
+     └── SessionLimitReached    the instance holds as many sessions as it may
 
 Transports map these to HTTP statuses; the agent loop turns provider errors into ``error``
 events. Nothing here imports a transport or a provider.
@@ -54,3 +55,7 @@ class RunInProgress(AgentStreamError):
 
 class Overloaded(AgentStreamError):
     """The instance already runs as many queries as it is configured for."""
+
+
+class SessionLimitReached(AgentStreamError):
+    """The instance holds as many sessions as it is configured for."""

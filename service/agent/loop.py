@@ -13,14 +13,17 @@ import asyncio
 import random
 from collections.abc import AsyncIterator
 from contextlib import aclosing
+from dataclasses import dataclass
 from typing import Any
 
 from service.agent.parsers import PendingToolUse, TurnResult
 from service.agent.tools import ToolExecutor, ToolOutcome
 from service.core.events import (
     Event,
+    PlanCreated,
     RunDone,
     RunError,
+    StepCompleted,
     ToolCall,
     ToolExecuting,
     ToolResult,
@@ -29,6 +32,20 @@ from service.core.events import (
 )
 from service.errors import ModelStreamError, ProviderError
 from service.providers.base import ModelProvider, ModelRequest
+
+PLANNING_PROMPT = (
+    "Before acting, write a short numbered plan for answering the user's last message. "
+    "Do not answer it yet and do not call tools."
+)
+
+
+@dataclass
+class _Turn:
+    """How one model turn ended: a result, or a provider error."""
+
+    parser: Any = None
+    result: TurnResult | None = None
+    error: ProviderError | None = None
 
 
 class AgentLoop:
@@ -43,6 +60,7 @@ class AgentLoop:
         max_tokens: int = 4096,
         throttle_retries: int = 2,
         backoff_s: float = 0.5,
+        planning: bool = False,
     ) -> None:
         self.provider = provider
         self.tools = tools
@@ -50,6 +68,7 @@ class AgentLoop:
         self.max_tokens = max_tokens
         self.throttle_retries = throttle_retries
         self.backoff_s = backoff_s
+        self.planning = planning
 
     async def run(
         self, messages: list[dict[str, Any]], user_text: str, max_turns: int
@@ -61,11 +80,26 @@ class AgentLoop:
         messages.append({"role": "user", "content": [{"text": user_text}]})
         total = Usage()
         tool_calls: list[ToolCall] = []
+        if self.planning:
+            plan = _Turn()
+            request = ModelRequest(
+                messages=messages, system=PLANNING_PROMPT, max_tokens=min(self.max_tokens, 1024)
+            )
+            async for event in self._stream_turn(provider, request, 0, plan, emit=False):
+                yield event
+            if plan.error is not None:
+                yield RunError(error=str(plan.error), code=plan.error.code, recoverable=plan.error.retryable)
+                return
+            assert plan.result is not None
+            total = total + plan.result.usage
+            yield PlanCreated(plan=plan.result.text, usage=plan.result.usage)
+        offset = 1 if self.planning else 0  # the plan is step 1 when there is one
         turn = 0
         while True:
             if turn >= max_turns:
                 yield RunDone(
                     turns=turn,
+                    final_step=turn + offset + 1,
                     tool_calls=tool_calls,
                     usage=total,
                     stop_reason="max_turns",
@@ -79,40 +113,28 @@ class AgentLoop:
                 tool_specs=tuple(self.tools.specs()),
                 max_tokens=self.max_tokens,
             )
-            result: TurnResult | None = None
-            parser = None
+            current = _Turn()
             try:
-                for attempt in range(self.throttle_retries + 1):
-                    parser = provider.new_parser(turn)
-                    emitted = False
-                    try:
-                        async with aclosing(provider.stream(request)) as stream:
-                            async for raw in stream:
-                                for event in parser.feed(raw):
-                                    emitted = True
-                                    yield event
-                        result = parser.result()
-                        break
-                    except ModelStreamError as error:
-                        # botocore already retried what failed before the stream; here only
-                        # throttling is retried, and only when the client saw none of the
-                        # turn yet: a replayed half-answer would show twice.
-                        if error.code != "throttlingException" or emitted or attempt == self.throttle_retries:
-                            raise
-                        await asyncio.sleep(self.backoff_s * (2**attempt) * (0.5 + random.random()))
-            except ProviderError as error:
-                _close_conversation(messages, parser)
+                async for event in self._stream_turn(provider, request, turn, current):
+                    yield event
+            except BaseException:
+                _close_conversation(messages, current.parser)
+                raise
+            if current.error is not None:
+                _close_conversation(messages, current.parser)
+                partial = current.parser.text_so_far() if current.parser is not None else ""
+                yield StepCompleted(
+                    turn=turn, step_number=turn + offset, text=partial, error=str(current.error)
+                )
                 yield RunError(
-                    error=str(error),
-                    code=error.code,
+                    error=str(current.error),
+                    code=current.error.code,
                     turns=turn,
-                    recoverable=error.retryable,
+                    recoverable=current.error.retryable,
                     usage=total,
                 )
                 return
-            except BaseException:
-                _close_conversation(messages, parser)
-                raise
+            result = current.result
             assert result is not None
             total = total + result.usage
             yield TurnCompleted(
@@ -128,7 +150,7 @@ class AgentLoop:
                     async for event in self._run_tools(result.tool_uses, turn, outcomes):
                         yield event
                 except BaseException:
-                    _close_conversation(messages, parser)
+                    _close_conversation(messages, current.parser)
                     raise
                 messages.append(result.message)
                 messages.append(
@@ -139,25 +161,66 @@ class AgentLoop:
                         ],
                     }
                 )
-                tool_calls.extend(
+                calls = [
                     ToolCall(
                         tool=use.tool,
                         input=use.input,
                         tool_use_id=use.tool_use_id,
                         is_error=outcomes[use.tool_use_id].is_error,
+                        result=outcomes[use.tool_use_id].result,
                     )
                     for use in result.tool_uses
+                ]
+                tool_calls.extend(calls)
+                yield StepCompleted(
+                    turn=turn,
+                    step_number=turn + offset,
+                    text=result.text,
+                    tool_calls=calls,
+                    observations=[call.result or "" for call in calls],
+                    usage=result.usage,
                 )
                 continue
             messages.append(_assistant_message(result))
+            yield StepCompleted(turn=turn, step_number=turn + offset, text=result.text, usage=result.usage)
             yield RunDone(
                 turns=turn,
+                output=result.text,
+                final_step=turn + offset + 1,
                 tool_calls=tool_calls,
                 usage=total,
                 stop_reason=result.stop_reason,
                 truncated=result.stop_reason == "max_tokens",
             )
             return
+
+    async def _stream_turn(
+        self, provider: ModelProvider, request: ModelRequest, turn: int, into: _Turn, *, emit: bool = True
+    ) -> AsyncIterator[Event]:
+        """Stream one model turn, yielding its events; the result or the error lands in ``into``."""
+        for attempt in range(self.throttle_retries + 1):
+            parser = into.parser = provider.new_parser(turn)
+            emitted = False
+            try:
+                async with aclosing(provider.stream(request)) as stream:
+                    async for raw in stream:
+                        for event in parser.feed(raw):
+                            if emit:
+                                emitted = True
+                                yield event
+                into.result = parser.result()
+                return
+            except ModelStreamError as error:
+                # botocore already retried what failed before the stream; here only throttling
+                # is retried, and only when the client saw none of the turn yet: a replayed
+                # half-answer would show twice.
+                if error.code != "throttlingException" or emitted or attempt == self.throttle_retries:
+                    into.error = error
+                    return
+                await asyncio.sleep(self.backoff_s * (2**attempt) * (0.5 + random.random()))
+            except ProviderError as error:
+                into.error = error
+                return
 
     async def _run_tools(
         self, uses: list[PendingToolUse], turn: int, outcomes: dict[str, ToolOutcome]

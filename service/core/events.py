@@ -10,6 +10,7 @@ process (Redis) can rebuild them with :data:`EVENT_ADAPTER`.
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -41,6 +42,7 @@ class ToolCall(BaseModel):
     input: Any
     tool_use_id: str
     is_error: bool = False
+    result: str | None = None
 
 
 class _Event(BaseModel):
@@ -54,6 +56,7 @@ class RunStarted(_Event):
     run_id: str
     message: str
     max_turns: int
+    at: float = Field(default_factory=time.time)
 
 
 class TextDelta(_Event):
@@ -131,11 +134,34 @@ class TurnCompleted(_Event):
     latency_ms: int | None = None
 
 
+class PlanCreated(_Event):
+    """The model wrote a plan before acting (when planning is on)."""
+
+    type: Literal["plan"] = "plan"
+    plan: str
+    usage: Usage = Field(default_factory=Usage)
+
+
+class StepCompleted(_Event):
+    """One model turn and what it led to: its text, its tool calls and their results."""
+
+    type: Literal["step_completed"] = "step_completed"
+    turn: int
+    step_number: int = 0
+    text: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    observations: list[str] = Field(default_factory=list)
+    error: str | None = None
+    usage: Usage = Field(default_factory=Usage)
+
+
 class RunDone(_Event):
     """The query finished; always the last event of a query that did not fail."""
 
     type: Literal["done"] = "done"
     turns: int
+    output: str = ""
+    final_step: int = 0
     tool_calls: list[ToolCall] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
     stop_reason: str = "end_turn"

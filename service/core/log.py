@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from service.core.events import Event
 from service.errors import EventsPurged
@@ -27,11 +29,17 @@ from service.errors import EventsPurged
 
 @dataclass(frozen=True, slots=True)
 class LogEntry:
-    """An event as stored: its id, the event, and its size in bytes (its JSON)."""
+    """An event as stored: its id, the event, its size in bytes (its JSON) and when it came.
+
+    ``encoded`` caches each dialect's wire form of the entry, so an event sent to a thousand
+    subscribers is projected and serialised once, not a thousand times.
+    """
 
     id: int
     event: Event
     size: int
+    ts: float = field(default_factory=time.time)
+    encoded: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
 class EventLog(abc.ABC):
@@ -46,8 +54,14 @@ class EventLog(abc.ABC):
         """Return the kept events after ``after_id`` (at most ``limit``)."""
 
     @abc.abstractmethod
-    def subscribe(self, after_id: int = 0) -> AsyncIterator[list[LogEntry]]:
-        """Batches of entries after ``after_id``: the kept ones, then live ones."""
+    def subscribe(
+        self, after_id: int = 0, *, idle_timeout: float | None = None
+    ) -> AsyncIterator[list[LogEntry]]:
+        """Batches of entries after ``after_id``: the kept ones, then live ones.
+
+        With ``idle_timeout``, an empty batch comes whenever nothing was appended for that long,
+        so a transport can send a keep-alive without cancelling the iterator.
+        """
 
     @abc.abstractmethod
     async def last_id(self) -> int:
@@ -133,7 +147,9 @@ class MemoryEventLog(EventLog):
     async def read(self, after_id: int, limit: int | None = None, *, strict: bool = True) -> list[LogEntry]:
         return self._after(max(after_id, 0), limit, strict)
 
-    async def subscribe(self, after_id: int = 0) -> AsyncIterator[list[LogEntry]]:
+    async def subscribe(
+        self, after_id: int = 0, *, idle_timeout: float | None = None
+    ) -> AsyncIterator[list[LogEntry]]:
         cursor = max(after_id, 0)
         while True:
             changed = self._changed
@@ -144,7 +160,11 @@ class MemoryEventLog(EventLog):
                 continue
             if self._closed:
                 return
-            await changed.wait()
+            try:
+                async with asyncio.timeout(idle_timeout):
+                    await changed.wait()
+            except TimeoutError:
+                yield []
 
     async def last_id(self) -> int:
         return self._last_id

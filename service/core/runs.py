@@ -16,10 +16,12 @@ from typing import Any, Protocol
 
 from service.core.events import (
     Event,
+    PlanCreated,
     RunDone,
     RunError,
     RunStarted,
     StatusChange,
+    TextDelta,
     ToolCall,
     ToolResult,
     ToolUse,
@@ -46,17 +48,22 @@ class Agent(Protocol):
 
 @dataclass
 class _Progress:
-    """What a run has done so far, so a cancel can report it."""
+    """What a run has done so far, so a cancel or a purge snapshot can report it."""
 
     turns: int = 0
     usage: Usage = field(default_factory=Usage)
     tool_calls: list[ToolCall] = field(default_factory=list)
+    text_parts: list[str] = field(default_factory=list)
     _inputs: dict[str, Any] = field(default_factory=dict)
 
     def observe(self, event: Event) -> None:
-        if isinstance(event, TurnCompleted):
+        if isinstance(event, TextDelta):
+            self.text_parts.append(event.text)
+        elif isinstance(event, TurnCompleted):
             self.turns = event.turn
             self.usage = event.total_usage
+        elif isinstance(event, PlanCreated):
+            self.usage = self.usage + event.usage
         elif isinstance(event, ToolUse):
             self._inputs[event.tool_use_id] = event.input
         elif isinstance(event, ToolResult):
@@ -66,8 +73,14 @@ class _Progress:
                     input=self._inputs.get(event.tool_use_id),
                     tool_use_id=event.tool_use_id,
                     is_error=event.is_error,
+                    result=event.result,
                 )
             )
+
+    @property
+    def text(self) -> str:
+        """The answer's text so far."""
+        return "".join(self.text_parts)
 
 
 @dataclass
@@ -126,6 +139,25 @@ class RunManager:
         run.task = asyncio.create_task(self._drive(run), name=f"run-{session.id}")
         return run
 
+    def snapshot(self, session: Session) -> dict[str, Any]:
+        """What a client needs to rebuild its view without the events: the conversation so far,
+        the running query's text and finished tool calls with their results, and the usage."""
+        run = self._runs.get(session.id)
+        current = None
+        if run is not None:
+            current = {
+                "message": run.message,
+                "text": run.progress.text,
+                "tool_calls": [call.model_dump() for call in run.progress.tool_calls],
+                "usage": run.progress.usage.model_dump(),
+            }
+        return {
+            "status": session.status,
+            "messages": session.messages,
+            "current_query": current,
+            "usage": session.usage.model_dump(),
+        }
+
     async def cancel(self, session_id: str, reason: str = CANCELLED) -> bool:
         """Cancel the session's query; the log gets its terminal event. False if none ran."""
         run = self._runs.get(session_id)
@@ -183,6 +215,10 @@ class RunManager:
         try:
             async for event in self._agent.run(session.messages, run.message, run.max_turns):
                 progress.observe(event)
+                if isinstance(event, TurnCompleted):
+                    session.usage = session.usage + event.usage
+                elif isinstance(event, PlanCreated):
+                    session.usage = session.usage + event.usage
                 if is_terminal(event):
                     await self._finish(run, event)
                     return

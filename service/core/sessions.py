@@ -14,8 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from service.core.events import Usage
 from service.core.log import EventLog, MemoryEventLog
-from service.errors import SessionNotFound
+from service.errors import SessionLimitReached, SessionNotFound
 
 IDLE = "idle"
 RUNNING = "running"
@@ -30,6 +31,7 @@ class Session:
     messages: list[dict[str, Any]] = field(default_factory=list)
     status: str = IDLE
     ephemeral: bool = False
+    usage: Usage = field(default_factory=Usage)
     created_at: float = field(default_factory=time.time)
     last_active: float = field(default_factory=time.monotonic)
 
@@ -62,15 +64,35 @@ class SessionStore(abc.ABC):
     async def count(self) -> int:
         """How many sessions are held."""
 
+    @abc.abstractmethod
+    async def expire_idle(self, now: float | None = None) -> list[str]:
+        """Drop sessions idle past the time-to-live; returns their ids."""
+
 
 class MemorySessionStore(SessionStore):
-    """Sessions in this process's memory, each with a :class:`MemoryEventLog`."""
+    """Sessions in this process's memory, each with a :class:`MemoryEventLog`.
 
-    def __init__(self, log_factory: Callable[[], EventLog] | None = None) -> None:
+    Bounded twice: at most ``max_sessions`` at once, and an idle session whose last activity is
+    older than ``ttl_s`` is dropped by :meth:`expire_idle` (the app calls it periodically).
+    """
+
+    def __init__(
+        self,
+        log_factory: Callable[[], EventLog] | None = None,
+        *,
+        max_sessions: int = 10_000,
+        ttl_s: float = 3600.0,
+    ) -> None:
         self._log_factory = log_factory or MemoryEventLog
         self._sessions: dict[str, Session] = {}
+        self.max_sessions = max_sessions
+        self.ttl_s = ttl_s
 
     async def create(self, *, ephemeral: bool = False) -> Session:
+        if len(self._sessions) >= self.max_sessions:
+            await self.expire_idle()
+            if len(self._sessions) >= self.max_sessions:
+                raise SessionLimitReached(f"{self.max_sessions} sessions are open")
         session = Session(id=new_session_id(), log=self._log_factory(), ephemeral=ephemeral)
         self._sessions[session.id] = session
         return session
@@ -89,3 +111,15 @@ class MemorySessionStore(SessionStore):
 
     async def count(self) -> int:
         return len(self._sessions)
+
+    async def expire_idle(self, now: float | None = None) -> list[str]:
+        """Drop the idle sessions not active for ``ttl_s``; returns their ids."""
+        now = time.monotonic() if now is None else now
+        expired = [
+            session.id
+            for session in self._sessions.values()
+            if session.status != RUNNING and now - session.last_active > self.ttl_s
+        ]
+        for session_id in expired:
+            await self.delete(session_id)
+        return expired

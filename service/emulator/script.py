@@ -377,6 +377,22 @@ def _word_deltas(words: list[str]) -> list[str]:
     return [word if i == 0 else f" {word}" for i, word in enumerate(words)]
 
 
+PLANNING_MARKER = "numbered plan"
+
+
+def _wants_plan(body: dict[str, Any]) -> bool:
+    """A request whose system prompt asks for a plan (the agent's planning step)."""
+    system = body.get("system")
+    blocks = system if isinstance(system, list) else []
+    return any(isinstance(b, dict) and PLANNING_MARKER in str(b.get("text", "")).lower() for b in blocks)
+
+
+def _plan_for(question: str) -> str:
+    if extract_expression(question) is not None:
+        return "1. Work out the arithmetic with the calculator. 2. Give the result in one sentence."
+    return "1. Read the question. 2. Answer it plainly."
+
+
 def answer_words(question: str, count: int) -> list[str]:
     """Exactly ``count`` deterministic words answering ``question``."""
     words = [*_ANSWER_PREFIX, *question.split()][:count]
@@ -531,6 +547,8 @@ def _decide(
     default_tokens: int,
 ) -> tuple[list[_ToolCall], list[str]]:
     """The decision table: tool calls to make, or else the words of a text answer."""
+    if _wants_plan(body):
+        return [], _plan_for(question).split()
     last = messages[-1]
     results = _tool_results(_blocks(last)) if isinstance(last, dict) and last.get("role") == "user" else []
     if results:

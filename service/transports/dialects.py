@@ -6,20 +6,31 @@
 
 from __future__ import annotations
 
+import base64
+import json
+from datetime import UTC, datetime
 from typing import Any
 
 from service.core.events import (
     Event,
+    PlanCreated,
     ReasoningDelta,
     RunDone,
     RunError,
+    RunStarted,
+    StatusChange,
+    StepCompleted,
     TextDelta,
+    ToolCall,
     ToolExecuting,
     ToolInputDelta,
     ToolResult,
+    ToolUse,
     ToolUseStart,
+    TurnCompleted,
     Usage,
 )
+from service.core.log import LogEntry
 
 
 def usage_dict(usage: Usage) -> dict[str, int]:
@@ -81,3 +92,172 @@ def agent(event: Event) -> dict[str, Any] | None:
             "recoverable": event.recoverable,
         }
     return None
+
+
+def _done_fields(event: RunDone) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "turns": event.turns,
+        "output": event.output,
+        "tool_calls": [_call(call) for call in event.tool_calls],
+        "usage": usage_dict(event.usage),
+        "stop_reason": event.stop_reason,
+    }
+    for flag in ("truncated", "max_turns_reached", "cancelled"):
+        if getattr(event, flag):
+            fields[flag] = True
+    return fields
+
+
+def _call(call: ToolCall) -> dict[str, Any]:
+    payload: dict[str, Any] = {"tool": call.tool, "input": call.input, "tool_use_id": call.tool_use_id}
+    if call.result is not None:
+        payload["result"] = call.result
+    if call.is_error:
+        payload["is_error"] = True
+    return payload
+
+
+def session(event: Event) -> dict[str, Any]:
+    """The **session** dialect (seed 002, plus the types this service adds).
+
+    Every canonical event has a session form, so the ids a session client sees are contiguous.
+    The SSE event name is the ``type``.
+    """
+    if isinstance(event, TextDelta):
+        return {"type": "assistant_text", "text": event.text}
+    if isinstance(event, ToolInputDelta):
+        return {"type": "tool_input_delta", "toolUseId": event.tool_use_id, "delta": event.delta}
+    if isinstance(event, ToolUseStart):
+        return {"type": "tool_use_start", "toolName": event.tool, "toolUseId": event.tool_use_id}
+    if isinstance(event, ToolUse):
+        return {
+            "type": "tool_use",
+            "toolName": event.tool,
+            "toolInput": event.input,
+            "toolUseId": event.tool_use_id,
+        }
+    if isinstance(event, ToolExecuting):
+        return {"type": "tool_executing", "toolName": event.tool, "toolUseId": event.tool_use_id}
+    if isinstance(event, ToolResult):
+        return {
+            "type": "tool_result",
+            "toolUseId": event.tool_use_id,
+            "toolName": event.tool,
+            "result": event.result,
+            "isError": event.is_error,
+        }
+    if isinstance(event, ReasoningDelta):
+        return {"type": "reasoning_text", "text": event.text}
+    if isinstance(event, StatusChange):
+        return {"type": "status_change", "status": event.status}
+    if isinstance(event, RunStarted):
+        return {"type": "processing", "run_id": event.run_id, "message": event.message}
+    if isinstance(event, TurnCompleted):
+        return {
+            "type": "usage",
+            "turn": event.turn,
+            "stop_reason": event.stop_reason,
+            "usage": usage_dict(event.usage),
+            "total_usage": usage_dict(event.total_usage),
+            "latency_ms": event.latency_ms,
+        }
+    if isinstance(event, PlanCreated):
+        return {"type": "plan", "plan": event.plan, "usage": usage_dict(event.usage)}
+    if isinstance(event, StepCompleted):
+        return {
+            "type": "step",
+            "turn": event.turn,
+            "step_number": event.step_number,
+            "text": event.text,
+            "tool_calls": [_call(call) for call in event.tool_calls],
+            "error": event.error,
+            "usage": usage_dict(event.usage),
+        }
+    if isinstance(event, RunDone):
+        return {"type": "done", **_done_fields(event)}
+    if isinstance(event, RunError):
+        return {
+            "type": "error",
+            "message": event.error,
+            "recoverable": event.recoverable,
+            "code": event.code,
+            "turns": event.turns,
+            "usage": usage_dict(event.usage),
+        }
+    raise TypeError(f"no session form for {type(event).__name__}")
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
+
+
+def steps(event: Event) -> list[dict[str, Any]]:
+    """The **steps** dialect (seed 000): message, step (planning / action), final, done, error."""
+    if isinstance(event, RunStarted):
+        return [{"type": "message", "role": "user", "content": event.message, "timestamp": _iso(event.at)}]
+    if isinstance(event, PlanCreated):
+        return [
+            {
+                "type": "step",
+                "step_type": "planning",
+                "step_number": 1,
+                "plan": event.plan,
+                "token_usage": usage_dict(event.usage),
+            }
+        ]
+    if isinstance(event, StepCompleted):
+        calls = [{"tool": call.tool, "input": call.input} for call in event.tool_calls]
+        return [
+            {
+                "type": "step",
+                "step_type": "action",
+                "step_number": event.step_number,
+                "model_output": event.text,
+                "code_action": json.dumps(calls) if calls else None,
+                "observations": "\n".join(event.observations) if event.observations else None,
+                "error": event.error,
+                "token_usage": usage_dict(event.usage),
+            }
+        ]
+    if isinstance(event, RunDone):
+        frames: list[dict[str, Any]] = []
+        if not event.cancelled:
+            frames.append({"type": "final", "step_number": event.final_step, "output": event.output})
+        frames.append({"type": "done", **_done_fields(event)})
+        return frames
+    if isinstance(event, RunError):
+        return [{"type": "error", "error": event.error, "code": event.code}]
+    return []
+
+
+def session_frame(entry: LogEntry) -> tuple[str, str]:
+    """The entry's session-dialect event name and JSON (with ``id`` and ``ts``), made once per entry."""
+    cached = entry.encoded.get("session")
+    if cached is None:
+        payload = session_payload(entry)
+        cached = entry.encoded["session"] = (payload["type"], dumps(payload))
+    return cached
+
+
+def session_payload(entry: LogEntry) -> dict[str, Any]:
+    """The entry's session-dialect payload as a dict with ``id`` and ``ts`` (for JSON replies)."""
+    payload = session(entry.event)
+    payload["id"] = entry.id
+    payload["ts"] = round(entry.ts, 6)
+    return payload
+
+
+def dumps(payload: Any) -> str:
+    """Compact JSON, with bytes (redacted reasoning) as base64."""
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, default=_default)
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode("ascii")
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with bytes turned to base64 text, so it can go into a JSON reply."""
+    return json.loads(dumps(value))

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from service.app import SERVICES, Services
 from service.core.events import Event, RunDone, RunError, TextDelta, is_terminal
 from service.core.sessions import Session
-from service.errors import EventsPurged, Overloaded, RunInProgress, SessionNotFound
+from service.errors import EventsPurged, Overloaded, RunInProgress, SessionLimitReached, SessionNotFound
 from service.transports import dialects
 
 log = logging.getLogger(__name__)
@@ -76,6 +76,7 @@ _DOMAIN_ERRORS: dict[type[Exception], tuple[int, str]] = {
     SessionNotFound: (404, "Session not found"),
     RunInProgress: (409, "a query is already running in this session"),
     Overloaded: (503, "the service is at its limit of concurrent queries; try again shortly"),
+    SessionLimitReached: (503, "the service holds as many sessions as it may; delete one or try again later"),
 }
 
 
@@ -109,14 +110,16 @@ async def error_middleware(
         return error_response(500, "internal server error")
 
 
-async def read_json(request: web.Request, model: type[Model]) -> Model:
-    """Parse the body as ``model``: 413 too large, 400 malformed JSON, 422 wrong shape."""
+async def read_object(request: web.Request, *, allow_empty: bool = False) -> dict[str, Any]:
+    """The body as a JSON object: 413 too large, 400 malformed or empty, 422 not an object."""
     services = request.app[SERVICES]
     limit = services.settings.max_request_bytes
     if request.content_length is not None and request.content_length > limit:
         raise json_error(413, f"request body too large (limit {limit} bytes)", max_bytes=limit)
     raw = await request.read()  # aiohttp enforces client_max_size while reading a chunked body
     if not raw.strip():
+        if allow_empty:
+            return {}
         raise json_error(400, "request body is empty; send a JSON object")
     try:
         data = json.loads(raw)
@@ -124,6 +127,12 @@ async def read_json(request: web.Request, model: type[Model]) -> Model:
         raise json_error(400, f"malformed JSON: {exc}") from None
     if not isinstance(data, dict):
         raise json_error(422, "request body must be a JSON object")
+    return data
+
+
+async def read_json(request: web.Request, model: type[Model]) -> Model:
+    """Parse the body as ``model``: 413 too large, 400 malformed JSON, 422 wrong shape."""
+    data = await read_object(request)
     try:
         return model.model_validate(data)
     except ValidationError as exc:

@@ -1,34 +1,53 @@
-"""Server-Sent Events through aiohttp-sse: ``POST /agent/stream`` (dialect **agent**).
+"""Server-Sent Events through aiohttp-sse.
 
-The handler validates, starts the query on a short-lived session, subscribes to its log and
-writes each event in the dialect until the terminal one. If the client goes away, aiohttp
-cancels the handler and the ``finally`` cancels the query, which closes the upstream stream.
+- ``POST /agent/stream``: a short-lived session's run in the **agent** dialect (``data:`` only).
+- ``GET /sessions/{id}/events``: the **session** dialect with ``event:`` and ``id:``; resume with
+  ``Last-Event-ID`` (or ``?last_event_id=``); heartbeats while idle; closes after the ``done``
+  that ends the log.
+- ``GET /sessions/{id}/stream?query=``: starts a query and streams the **steps** dialect.
+
+Each handler validates, subscribes to the session's log, projects, and writes. If a client goes
+away, aiohttp cancels the handler and the subscription ends with it; only ``/agent/stream``
+(whose session lives for that request alone) cancels its query then.
 """
 
 from __future__ import annotations
 
-import json
+from typing import Any
 
 from aiohttp import web
-from aiohttp_sse import sse_response
+from aiohttp_sse import EventSourceResponse, sse_response
 
-from service.app import SERVICES
-from service.core.events import RunError, is_terminal
+from service.app import SERVICES, Services
+from service.core.events import RunError, TextDelta, is_terminal
+from service.core.log import LogEntry
+from service.core.sessions import Session
+from service.errors import EventsPurged
 from service.transports import dialects
 from service.transports.http import (
     AgentRequest,
     end_ephemeral,
     follow_run,
+    json_error,
     read_json,
     start_ephemeral,
 )
+from service.transports.sessions import int_param, purged_body, session_of
 
 NO_BUFFERING = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
+encode = dialects.dumps
 
-def encode(payload: dict[str, object]) -> str:
-    """Compact JSON for one ``data:`` line."""
-    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+
+def _sse(request: web.Request, services: Services, **kwargs: Any) -> Any:
+    settings = services.settings
+    return sse_response(
+        request,
+        headers=NO_BUFFERING,
+        ping_interval=settings.sse_ping_interval_s,
+        send_timeout=settings.sse_send_timeout_s,
+        **kwargs,
+    )
 
 
 async def agent_stream(request: web.Request) -> web.StreamResponse:
@@ -37,12 +56,7 @@ async def agent_stream(request: web.Request) -> web.StreamResponse:
     body = await read_json(request, AgentRequest)
     session = await start_ephemeral(services, body)
     try:
-        async with sse_response(
-            request,
-            headers=NO_BUFFERING,
-            allow_all_methods=True,
-            ping_interval=services.settings.sse_ping_interval_s,
-        ) as response:
+        async with _sse(request, services, allow_all_methods=True) as response:
             terminal_sent = False
             async for event in follow_run(session):
                 payload = dialects.agent(event)
@@ -57,6 +71,142 @@ async def agent_stream(request: web.Request) -> web.StreamResponse:
         await end_ephemeral(services, session)
 
 
+def _last_event_id(request: web.Request) -> int | None:
+    header = request.headers.get("Last-Event-ID")
+    if header is not None and header.strip():
+        try:
+            value = int(header.strip())
+        except ValueError:
+            raise json_error(400, f"Last-Event-ID must be an event id (an integer), got {header!r}") from None
+        if value < 0:
+            raise json_error(400, "Last-Event-ID must not be negative")
+        return value
+    return int_param(request, "last_event_id")
+
+
+async def session_events(request: web.Request) -> web.StreamResponse:
+    """``GET /sessions/{id}/events``: the session dialect, resumable by event id."""
+    services, session = await session_of(request)
+    after = _last_event_id(request)
+    log = session.log
+    last = await log.last_id()
+    running = services.runs.get(session.id) is not None
+    if after is not None:
+        if after > last:
+            raise json_error(400, f"Last-Event-ID {after} is ahead of the session's last event id {last}")
+        if after == last and not running:
+            # Nothing new and nothing coming: 204 tells EventSource to stop reconnecting.
+            return web.Response(status=204)
+        oldest = await log.first_id()
+        if after < oldest - 1:
+            return web.json_response(
+                await purged_body(services, session, after, oldest), status=410, dumps=dialects.dumps
+            )
+    async with _sse(request, services) as response:
+        if after is None:
+            # A fresh connection learns the status first (seed 002), then only what comes next.
+            await response.send(
+                encode({"type": "status_change", "status": session.status}), event="status_change"
+            )
+            if not running:
+                return response
+            after = last
+        await _follow(response, services, session, after)
+    return response
+
+
+async def _follow(response: EventSourceResponse, services: Services, session: Session, after: int) -> None:
+    """Write the session's events after ``after`` until the ``done`` that ends the log."""
+    log = session.log
+    settings = services.settings
+    subscription = log.subscribe(after, idle_timeout=settings.heartbeat_interval_s)
+    last_sent = after
+    try:
+        async for batch in subscription:
+            if not batch:
+                heartbeat = {"type": "heartbeat", "last_id": await log.last_id(), "status": session.status}
+                await response.send(encode(heartbeat), event="heartbeat")
+                continue
+            if len(batch) > settings.merge_deltas_after:
+                for entry_id, name, data in _merged(batch):
+                    await response.send(data, id=str(entry_id), event=name)
+            else:
+                for entry in batch:
+                    name, data = dialects.session_frame(entry)
+                    await response.send(data, id=str(entry.id), event=name)
+            last_sent = batch[-1].id
+            if is_terminal(batch[-1].event) and last_sent == await log.last_id():
+                return
+    except EventsPurged as exc:
+        # This reader fell behind the purge horizon; a reconnect with its last id gets the 410
+        # with a snapshot to rebuild from.
+        error = {
+            "type": "error",
+            "message": str(exc),
+            "code": "events_purged",
+            "recoverable": True,
+            "last_id": last_sent,
+            "oldest_id": exc.oldest_id,
+        }
+        await response.send(encode(error), event="error")
+    finally:
+        await subscription.aclose()
+
+
+def _merged(batch: list[LogEntry]) -> list[tuple[int, str, str]]:
+    """A lagging reader's batch with each run of adjacent text deltas merged into one event.
+
+    The merged event carries the last merged id (so resuming from it loses nothing) and
+    ``first_id``, the first one; nothing is lost, and there are far fewer writes.
+    """
+    frames: list[tuple[int, str, str]] = []
+    run: list[LogEntry] = []
+
+    def flush() -> None:
+        if len(run) == 1:
+            frames.append((run[0].id, *dialects.session_frame(run[0])))
+        elif run:
+            text = "".join(entry.event.text for entry in run)  # type: ignore[attr-defined]
+            payload = {
+                "type": "assistant_text",
+                "text": text,
+                "id": run[-1].id,
+                "first_id": run[0].id,
+                "ts": round(run[-1].ts, 6),
+            }
+            frames.append((run[-1].id, "assistant_text", encode(payload)))
+        run.clear()
+
+    for entry in batch:
+        if isinstance(entry.event, TextDelta):
+            run.append(entry)
+            continue
+        flush()
+        frames.append((entry.id, *dialects.session_frame(entry)))
+    flush()
+    return frames
+
+
+async def steps_stream(request: web.Request) -> web.StreamResponse:
+    """``GET /sessions/{id}/stream?query=``: start the query and stream its steps (seed 000)."""
+    services, session = await session_of(request)
+    query = request.query.get("query", "")
+    if not query.strip():
+        raise json_error(400, "Query parameter is required")
+    after = await session.log.last_id()
+    await services.runs.start(session, query)
+    async with _sse(request, services) as response:
+        async for batch in session.log.subscribe(after):
+            for entry in batch:
+                for payload in dialects.steps(entry.event):
+                    await response.send(encode(payload), id=str(entry.id))
+                if is_terminal(entry.event):
+                    return response
+    return response
+
+
 def add_routes(app: web.Application) -> None:
     """Register the SSE routes."""
     app.router.add_post("/agent/stream", agent_stream)
+    app.router.add_get("/sessions/{session_id}/events", session_events)
+    app.router.add_get("/sessions/{session_id}/stream", steps_stream)
