@@ -93,6 +93,7 @@ class MemoryEventLog(EventLog):
         self._last_id = 0
         self._closed = False
         self._changed = asyncio.Event()
+        self.subscribers = 0  # subscriptions open now, to show that a transport cleans up
 
     @property
     def closed(self) -> bool:
@@ -151,20 +152,24 @@ class MemoryEventLog(EventLog):
         self, after_id: int = 0, *, idle_timeout: float | None = None
     ) -> AsyncIterator[list[LogEntry]]:
         cursor = max(after_id, 0)
-        while True:
-            changed = self._changed
-            batch = self._after(cursor, None, strict=True)
-            if batch:
-                cursor = batch[-1].id
-                yield batch
-                continue
-            if self._closed:
-                return
-            try:
-                async with asyncio.timeout(idle_timeout):
-                    await changed.wait()
-            except TimeoutError:
-                yield []
+        self.subscribers += 1
+        try:
+            while True:
+                changed = self._changed
+                batch = self._after(cursor, None, strict=True)
+                if batch:
+                    cursor = batch[-1].id
+                    yield batch
+                    continue
+                if self._closed:
+                    return
+                try:
+                    async with asyncio.timeout(idle_timeout):
+                        await changed.wait()
+                except TimeoutError:
+                    yield []
+        finally:
+            self.subscribers -= 1
 
     async def last_id(self) -> int:
         return self._last_id

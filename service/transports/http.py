@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+from contextlib import aclosing
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -146,11 +147,12 @@ async def read_json(request: web.Request, model: type[Model]) -> Model:
 
 async def follow_run(session: Session, after_id: int = 0) -> AsyncIterator[Event]:
     """The session's events after ``after_id`` until the query's terminal event (inclusive)."""
-    async for batch in session.log.subscribe(after_id):
-        for entry in batch:
-            yield entry.event
-            if is_terminal(entry.event):
-                return
+    async with aclosing(session.log.subscribe(after_id)) as batches:
+        async for batch in batches:
+            for entry in batch:
+                yield entry.event
+                if is_terminal(entry.event):
+                    return
 
 
 async def start_ephemeral(services: Services, body: AgentRequest) -> Session:

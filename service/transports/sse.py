@@ -13,6 +13,7 @@ away, aiohttp cancels the handler and the subscription ends with it; only ``/age
 
 from __future__ import annotations
 
+from contextlib import aclosing
 from typing import Any
 
 from aiohttp import web
@@ -195,8 +196,8 @@ async def steps_stream(request: web.Request) -> web.StreamResponse:
         raise json_error(400, "Query parameter is required")
     after = await session.log.last_id()
     await services.runs.start(session, query)
-    async with _sse(request, services) as response:
-        async for batch in session.log.subscribe(after):
+    async with _sse(request, services) as response, aclosing(session.log.subscribe(after)) as batches:
+        async for batch in batches:
             for entry in batch:
                 for payload in dialects.steps(entry.event):
                     await response.send(encode(payload), id=str(entry.id))
