@@ -94,6 +94,7 @@ class MemoryEventLog(EventLog):
         self._closed = False
         self._changed = asyncio.Event()
         self.subscribers = 0  # subscriptions open now, to show that a transport cleans up
+        self._subscribers_changed = asyncio.Event()
 
     @property
     def closed(self) -> bool:
@@ -152,7 +153,7 @@ class MemoryEventLog(EventLog):
         self, after_id: int = 0, *, idle_timeout: float | None = None
     ) -> AsyncIterator[list[LogEntry]]:
         cursor = max(after_id, 0)
-        self.subscribers += 1
+        self._count_subscriber(+1)
         try:
             while True:
                 changed = self._changed
@@ -169,7 +170,17 @@ class MemoryEventLog(EventLog):
                 except TimeoutError:
                     yield []
         finally:
-            self.subscribers -= 1
+            self._count_subscriber(-1)
+
+    def _count_subscriber(self, change: int) -> None:
+        self.subscribers += change
+        changed, self._subscribers_changed = self._subscribers_changed, asyncio.Event()
+        changed.set()
+
+    async def wait_subscribers(self, count: int) -> None:
+        """Return once exactly ``count`` subscriptions are open."""
+        while self.subscribers != count:
+            await self._subscribers_changed.wait()
 
     async def last_id(self) -> int:
         return self._last_id

@@ -109,11 +109,17 @@ class RunManager:
         self._default_max_turns = default_max_turns
         self._max_concurrent = max_concurrent
         self._runs: dict[str, Run] = {}
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     @property
     def active(self) -> int:
         """How many runs are in flight."""
         return len(self._runs)
+
+    async def wait_idle(self) -> None:
+        """Return once no run is in flight."""
+        await self._idle.wait()
 
     def get(self, session_id: str) -> Run | None:
         """The run in flight for that session, if any."""
@@ -132,6 +138,7 @@ class RunManager:
             max_turns=max_turns or self._default_max_turns,
         )
         self._runs[session.id] = run
+        self._idle.clear()
         session.status = RUNNING
         session.touch()
         await session.log.append(RunStarted(run_id=run.id, message=message, max_turns=run.max_turns))
@@ -242,6 +249,8 @@ class RunManager:
         # may start its next query at once without a 409.
         session = run.session
         self._runs.pop(session.id, None)
+        if not self._runs:
+            self._idle.set()
         session.status = IDLE
         session.touch()
         if not session.log.closed:

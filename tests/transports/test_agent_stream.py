@@ -134,13 +134,7 @@ async def test_client_disconnect_closes_upstream_and_frees_the_thread(client: Te
     )
     assert record.deltas_sent < 2000
     assert await asyncio.to_thread(services.provider.wait_idle, 1.0)
-    await asyncio.wait_for(_until_no_runs(client), 1.0)
-
-
-async def _until_no_runs(client: TestClient) -> None:
-    services = services_of(client)
-    while services.runs.active or await services.sessions.count():
-        await asyncio.sleep(0.01)
+    await asyncio.wait_for(services.runs.wait_idle(), 1.0)
 
 
 async def test_run_and_stream_give_the_same_text(client: TestClient) -> None:

@@ -376,8 +376,8 @@ async def test_subscriptions_are_released_when_clients_leave(client: TestClient)
         await anext(stream)
         assert session.log.subscribers == 1
         response.close()
-    while session.log.subscribers:  # the handler is cancelled and its subscription closed
-        await asyncio.sleep(0.01)
+    # the handler is cancelled and its subscription closed
+    await asyncio.wait_for(session.log.wait_subscribers(0), 5)
     assert session.status == "running"  # a disconnect never cancels a session's query
     async with client.post(f"/sessions/{session_id}/cancel") as cancel:
         assert cancel.status == 202
