@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import logging
-from contextlib import aclosing
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from typing import Any, TypeVar
 
 from aiohttp import web
@@ -145,6 +145,13 @@ async def read_json(request: web.Request, model: type[Model]) -> Model:
         raise json_error(422, f"invalid request: {summary}", details=details) from None
 
 
+def check_length(services: Services, text: str, field: str) -> None:
+    """422 when a message is longer than ``AGENT_MAX_MESSAGE_CHARS``."""
+    limit = services.settings.max_message_chars
+    if len(text) > limit:
+        raise json_error(422, f"invalid request: {field}: longer than {limit} characters")
+
+
 async def follow_run(session: Session, after_id: int = 0) -> AsyncIterator[Event]:
     """The session's events after ``after_id`` until the query's terminal event (inclusive)."""
     async with aclosing(session.log.subscribe(after_id)) as batches:
@@ -157,6 +164,7 @@ async def follow_run(session: Session, after_id: int = 0) -> AsyncIterator[Event
 
 async def start_ephemeral(services: Services, body: AgentRequest) -> Session:
     """A short-lived session with the query started on it."""
+    check_length(services, body.message, "message")
     session = await services.sessions.create(ephemeral=True)
     try:
         await services.runs.start(session, body.message, body.max_turns)

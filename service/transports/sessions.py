@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from service.app import SERVICES, Services
 from service.core.sessions import Session
 from service.transports import dialects
-from service.transports.http import json_error, read_json, read_object
+from service.transports.http import check_length, json_error, read_json, read_object
 
 
 class MessageRequest(BaseModel):
@@ -101,6 +101,7 @@ async def post_message(request: web.Request) -> web.Response:
     """``POST /sessions/{id}/messages``: start a query in the background (409 while one runs)."""
     services, session = await session_of(request)
     body = await read_json(request, MessageRequest)
+    check_length(services, body.content, "content")
     after = await session.log.last_id()
     run = await services.runs.start(session, body.content, body.max_turns)
     return web.json_response(

@@ -27,6 +27,7 @@ from service.errors import EventsPurged
 from service.transports import dialects
 from service.transports.http import (
     AgentRequest,
+    check_length,
     end_ephemeral,
     follow_run,
     json_error,
@@ -194,6 +195,7 @@ async def steps_stream(request: web.Request) -> web.StreamResponse:
     query = request.query.get("query", "")
     if not query.strip():
         raise json_error(400, "Query parameter is required")
+    check_length(services, query, "query")
     after = await session.log.last_id()
     await services.runs.start(session, query)
     async with _sse(request, services) as response, aclosing(session.log.subscribe(after)) as batches:

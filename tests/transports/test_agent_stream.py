@@ -158,7 +158,7 @@ async def test_run_reports_an_upstream_failure_as_json(client: TestClient) -> No
 
 
 async def test_bad_requests_get_clear_json_errors(make_client: ClientFactory) -> None:
-    client = await make_client(max_request_bytes=4096)
+    client = await make_client(max_request_bytes=4096, max_message_chars=50)
     cases = [
         (b"{not json", 400, "malformed JSON"),
         (b"", 400, "empty"),
@@ -168,6 +168,7 @@ async def test_bad_requests_get_clear_json_errors(make_client: ClientFactory) ->
         (json.dumps({"message": "hi", "max_turns": 0}).encode(), 422, "max_turns"),
         (json.dumps({"message": 5}).encode(), 422, "message"),
         (json.dumps({"message": "x" * 10_000}).encode(), 413, "too large"),
+        (json.dumps({"message": "x" * 51}).encode(), 422, "longer than 50"),
     ]
     for path in ("/agent/stream", "/agent/run"):
         for body, status, words in cases:
