@@ -86,7 +86,7 @@ def create_app(
     provider: ModelProvider | None = None,
 ) -> web.Application:
     """Build the application; ``tools`` are offered beside the built-in ones."""
-    from service.transports import http, sse
+    from service.transports import auth, http, sse, web_client, ws
     from service.transports import sessions as session_routes
 
     settings = settings or load_settings()
@@ -119,7 +119,7 @@ def create_app(
 
     app = web.Application(
         client_max_size=settings.max_request_bytes,
-        middlewares=[http.error_middleware],
+        middlewares=[http.error_middleware, auth.access_middleware],
     )
     app[SERVICES] = services
 
@@ -160,7 +160,10 @@ def create_app(
 
     app.cleanup_ctx.append(resources)
     app.on_shutdown.append(on_shutdown)
+    auth.setup(app, settings)
     http.add_routes(app)
     session_routes.add_routes(app)
     sse.add_routes(app)
+    ws.add_routes(app)
+    web_client.add_routes(app)
     return app

@@ -5,6 +5,7 @@ A bad value stops the start with a message that names the variable (see :func:`l
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Annotated, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
@@ -53,6 +54,13 @@ class Settings(BaseSettings):
     merge_deltas_after: int = Field(64, ge=2)
     steps_planning: bool = False
     poll_max_events: int = Field(1000, ge=1, le=100_000)
+    allow_unauthenticated: bool = False
+    token_ttl_s: float = Field(3600.0, gt=0)
+    ws_send_queue: int = Field(1024, ge=8)
+    ws_send_timeout_s: float = Field(10.0, gt=0)
+    ws_max_message_bytes: int = Field(65536, ge=1024)
+    ws_heartbeat_s: float = Field(20.0, gt=0)
+    ws_idle_timeout_s: float = Field(300.0, gt=0)
     gc_tuning: bool = True
 
     @field_validator("api_keys", "allowed_origins", "mcp_servers", mode="before")
@@ -67,6 +75,26 @@ class Settings(BaseSettings):
         if self.provider == "openai" and not self.openai_base_url:
             raise ValueError("AGENT_OPENAI_BASE_URL is required when AGENT_PROVIDER=openai")
         return self
+
+    @model_validator(mode="after")
+    def _no_open_service_off_loopback(self) -> Settings:
+        # Listening beyond this machine with no keys would hand the model to anyone who finds it.
+        if not self.api_keys and not self.allow_unauthenticated and not is_loopback(self.host):
+            raise ValueError(
+                f"AGENT_API_KEYS is empty while AGENT_HOST={self.host} is reachable from other machines; "
+                "set AGENT_API_KEYS, or AGENT_ALLOW_UNAUTHENTICATED=true to run open on purpose"
+            )
+        return self
+
+
+def is_loopback(host: str) -> bool:
+    """True for addresses only this machine can reach."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 class SettingsError(Exception):

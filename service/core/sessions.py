@@ -31,6 +31,7 @@ class Session:
     messages: list[dict[str, Any]] = field(default_factory=list)
     status: str = IDLE
     ephemeral: bool = False
+    owner: str = ""
     usage: Usage = field(default_factory=Usage)
     created_at: float = field(default_factory=time.time)
     last_active: float = field(default_factory=time.monotonic)
@@ -49,12 +50,20 @@ class SessionStore(abc.ABC):
     """Where sessions live."""
 
     @abc.abstractmethod
-    async def create(self, *, ephemeral: bool = False) -> Session:
-        """Make a new, idle session."""
+    async def create(self, *, ephemeral: bool = False, owner: str = "") -> Session:
+        """Make a new, idle session belonging to ``owner``."""
 
     @abc.abstractmethod
     async def get(self, session_id: str) -> Session:
         """The session with that id; :class:`SessionNotFound` if there is none."""
+
+    async def get_owned(self, session_id: str, owner: str) -> Session:
+        """The session if ``owner`` made it; :class:`SessionNotFound` otherwise, so that a
+        session's existence does not leak to other keys."""
+        session = await self.get(session_id)
+        if session.owner != owner:
+            raise SessionNotFound(session_id)
+        return session
 
     @abc.abstractmethod
     async def delete(self, session_id: str) -> None:
@@ -88,12 +97,12 @@ class MemorySessionStore(SessionStore):
         self.max_sessions = max_sessions
         self.ttl_s = ttl_s
 
-    async def create(self, *, ephemeral: bool = False) -> Session:
+    async def create(self, *, ephemeral: bool = False, owner: str = "") -> Session:
         if len(self._sessions) >= self.max_sessions:
             await self.expire_idle()
             if len(self._sessions) >= self.max_sessions:
                 raise SessionLimitReached(f"{self.max_sessions} sessions are open")
-        session = Session(id=new_session_id(), log=self._log_factory(), ephemeral=ephemeral)
+        session = Session(id=new_session_id(), log=self._log_factory(), ephemeral=ephemeral, owner=owner)
         self._sessions[session.id] = session
         return session
 

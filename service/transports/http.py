@@ -20,6 +20,7 @@ from service.core.events import Event, RunDone, RunError, TextDelta, is_terminal
 from service.core.sessions import Session
 from service.errors import EventsPurged, Overloaded, RunInProgress, SessionLimitReached, SessionNotFound
 from service.transports import dialects
+from service.transports.auth import owner_of
 
 log = logging.getLogger(__name__)
 
@@ -162,10 +163,10 @@ async def follow_run(session: Session, after_id: int = 0) -> AsyncIterator[Event
                     return
 
 
-async def start_ephemeral(services: Services, body: AgentRequest) -> Session:
+async def start_ephemeral(services: Services, body: AgentRequest, owner: str = "") -> Session:
     """A short-lived session with the query started on it."""
     check_length(services, body.message, "message")
-    session = await services.sessions.create(ephemeral=True)
+    session = await services.sessions.create(ephemeral=True, owner=owner)
     try:
         await services.runs.start(session, body.message, body.max_turns)
     except BaseException:
@@ -187,7 +188,7 @@ async def agent_run(request: web.Request) -> web.Response:
     """``POST /agent/run``: the same run as ``/agent/stream``, collected into one JSON reply."""
     services = request.app[SERVICES]
     body = await read_json(request, AgentRequest)
-    session = await start_ephemeral(services, body)
+    session = await start_ephemeral(services, body, owner_of(request))
     parts: list[str] = []
     terminal: Event | None = None
     try:

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from service.app import SERVICES, Services
 from service.core.sessions import Session
 from service.transports import dialects
+from service.transports.auth import owner_of
 from service.transports.http import check_length, json_error, read_json, read_object
 
 
@@ -36,7 +37,7 @@ class MessageRequest(BaseModel):
 async def session_of(request: web.Request) -> tuple[Services, Session]:
     """The services and the session named in the path; 404 ``Session not found`` otherwise."""
     services = request.app[SERVICES]
-    session = await services.sessions.get(request.match_info["session_id"])
+    session = await services.sessions.get_owned(request.match_info["session_id"], owner_of(request))
     return services, session
 
 
@@ -70,7 +71,7 @@ async def create_session(request: web.Request) -> web.Response:
     """``POST /sessions``: a new idle session (the body, if any, must be a JSON object)."""
     services = request.app[SERVICES]
     await read_object(request, allow_empty=True)
-    session = await services.sessions.create()
+    session = await services.sessions.create(owner=owner_of(request))
     return web.json_response({"id": session.id, "status": session.status}, status=201)
 
 

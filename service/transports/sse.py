@@ -20,11 +20,11 @@ from aiohttp import web
 from aiohttp_sse import EventSourceResponse, sse_response
 
 from service.app import SERVICES, Services
-from service.core.events import RunError, TextDelta, is_terminal
-from service.core.log import LogEntry
+from service.core.events import RunError, is_terminal
 from service.core.sessions import Session
 from service.errors import EventsPurged
 from service.transports import dialects
+from service.transports.auth import owner_of
 from service.transports.http import (
     AgentRequest,
     check_length,
@@ -56,7 +56,7 @@ async def agent_stream(request: web.Request) -> web.StreamResponse:
     """``POST /agent/stream``: the run's events as ``data: {json}`` lines, ``done`` last."""
     services = request.app[SERVICES]
     body = await read_json(request, AgentRequest)
-    session = await start_ephemeral(services, body)
+    session = await start_ephemeral(services, body, owner_of(request))
     try:
         async with _sse(request, services, allow_all_methods=True) as response:
             terminal_sent = False
@@ -130,7 +130,7 @@ async def _follow(response: EventSourceResponse, services: Services, session: Se
                 await response.send(encode(heartbeat), event="heartbeat")
                 continue
             if len(batch) > settings.merge_deltas_after:
-                for entry_id, name, data in _merged(batch):
+                for entry_id, name, data in dialects.merge_text_runs(batch):
                     await response.send(data, id=str(entry_id), event=name)
             else:
                 for entry in batch:
@@ -153,40 +153,6 @@ async def _follow(response: EventSourceResponse, services: Services, session: Se
         await response.send(encode(error), event="error")
     finally:
         await subscription.aclose()
-
-
-def _merged(batch: list[LogEntry]) -> list[tuple[int, str, str]]:
-    """A lagging reader's batch with each run of adjacent text deltas merged into one event.
-
-    The merged event carries the last merged id (so resuming from it loses nothing) and
-    ``first_id``, the first one; nothing is lost, and there are far fewer writes.
-    """
-    frames: list[tuple[int, str, str]] = []
-    run: list[LogEntry] = []
-
-    def flush() -> None:
-        if len(run) == 1:
-            frames.append((run[0].id, *dialects.session_frame(run[0])))
-        elif run:
-            text = "".join(entry.event.text for entry in run)  # type: ignore[attr-defined]
-            payload = {
-                "type": "assistant_text",
-                "text": text,
-                "id": run[-1].id,
-                "first_id": run[0].id,
-                "ts": round(run[-1].ts, 6),
-            }
-            frames.append((run[-1].id, "assistant_text", encode(payload)))
-        run.clear()
-
-    for entry in batch:
-        if isinstance(entry.event, TextDelta):
-            run.append(entry)
-            continue
-        flush()
-        frames.append((entry.id, *dialects.session_frame(entry)))
-    flush()
-    return frames
 
 
 async def steps_stream(request: web.Request) -> web.StreamResponse:

@@ -1,0 +1,209 @@
+"""Access control: API keys, short-lived browser tokens, session ownership, origins and CORS.
+
+- With ``AGENT_API_KEYS`` set, every route but ``/healthz`` and the static page needs a key:
+  ``Authorization: Bearer <key>`` for scripts. Browsers can't set headers on ``EventSource`` or
+  ``WebSocket``, so ``POST /auth/token`` trades a key for a short-lived signed token, accepted
+  as ``?token=``, as a cookie, or as a Bearer value.
+- A request's *owner* is a fingerprint of its key. Sessions remember their owner; any other
+  key gets 404, so a session's existence does not leak.
+- Tokens are stateless: the payload (owner, expiry) is signed with the owner's own key, so any
+  instance that knows the keys can check them, and dropping a key revokes its tokens.
+- ``AGENT_ALLOWED_ORIGINS``: browsers' cross-origin requests and WebSocket handshakes from other
+  origins are refused with 403; allowed origins get CORS headers and preflight answers.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import time
+from collections.abc import Awaitable, Callable
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+from service.config import Settings
+
+OWNER_KEY = web.RequestKey("owner", str)
+TOKEN_COOKIE = "agentstream_token"
+PUBLIC_PATHS = frozenset({"/", "/healthz", "/favicon.ico"})
+PUBLIC_PREFIXES = ("/static/",)
+CORS_HEADERS = "Authorization, Content-Type, Last-Event-ID"
+CORS_METHODS = "GET, POST, DELETE, OPTIONS"
+ANONYMOUS = ""
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def fingerprint(key: str) -> str:
+    """The owner id of a key: stable, and says nothing about the key."""
+    return hashlib.sha256(key.encode()).hexdigest()[:24]
+
+
+class Authenticator:
+    """Checks keys and tokens; issues tokens."""
+
+    def __init__(self, keys: list[str], token_ttl_s: float = 3600.0) -> None:
+        self._keys = {fingerprint(key): key for key in keys}
+        self.token_ttl_s = token_ttl_s
+
+    @property
+    def enabled(self) -> bool:
+        """True when keys are configured."""
+        return bool(self._keys)
+
+    def owner_of_key(self, candidate: str) -> str | None:
+        """The owner id if ``candidate`` is one of the keys."""
+        owner = fingerprint(candidate)
+        key = self._keys.get(owner)
+        if key is not None and hmac.compare_digest(key.encode(), candidate.encode()):
+            return owner
+        return None
+
+    def issue_token(self, owner: str, now: float | None = None) -> tuple[str, float]:
+        """A token for ``owner`` and when it expires (epoch seconds)."""
+        expires = (time.time() if now is None else now) + self.token_ttl_s
+        payload = _b64(json.dumps({"o": owner, "e": round(expires)}, separators=(",", ":")).encode())
+        signature = hmac.new(self._keys[owner].encode(), payload.encode(), hashlib.sha256).digest()
+        return f"{payload}.{_b64(signature)}", float(round(expires))
+
+    def owner_of_token(self, token: str, now: float | None = None) -> str | None:
+        """The owner id if ``token`` is well signed and not expired."""
+        payload, _, signature = token.partition(".")
+        try:
+            claims = json.loads(_unb64(payload))
+            owner, expires = claims["o"], float(claims["e"])
+            given = _unb64(signature)
+        except (ValueError, KeyError, TypeError):
+            return None
+        key = self._keys.get(owner) if isinstance(owner, str) else None
+        if key is None or expires < (time.time() if now is None else now):
+            return None
+        expected = hmac.new(key.encode(), payload.encode(), hashlib.sha256).digest()
+        return owner if hmac.compare_digest(expected, given) else None
+
+    def authenticate(self, request: web.Request) -> str | None:
+        """The request's owner, or None when it carries no valid key or token."""
+        header = request.headers.get("Authorization", "")
+        scheme, _, value = header.partition(" ")
+        if scheme.lower() == "bearer" and value.strip():
+            value = value.strip()
+            return self.owner_of_key(value) or self.owner_of_token(value)
+        token = request.query.get("token") or request.cookies.get(TOKEN_COOKIE)
+        return self.owner_of_token(token) if token else None
+
+
+AUTH_KEY = web.AppKey("authenticator", Authenticator)
+SETTINGS_KEY = web.AppKey("auth_settings", Settings)
+
+
+def _is_public(path: str) -> bool:
+    return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)
+
+
+def _json_error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response({"error": message}, status=status, headers=headers)
+
+
+def same_origin(request: web.Request, origin: str) -> bool:
+    """True when ``origin`` names this very host and port (what a same-site page sends)."""
+    parts = urlsplit(origin)
+    return bool(parts.netloc) and parts.netloc.lower() == (request.host or "").lower()
+
+
+def origin_allowed(request: web.Request, settings: Settings) -> bool:
+    """No Origin (not a browser), the same origin, or one listed in AGENT_ALLOWED_ORIGINS."""
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return True
+    return (
+        same_origin(request, origin) or origin in settings.allowed_origins or "*" in settings.allowed_origins
+    )
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def access_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Origins and CORS first, then keys; sets the request's owner for the handlers."""
+    settings = request.app[SETTINGS_KEY]
+    origin = request.headers.get("Origin")
+    cors: dict[str, str] = {}
+    if origin is not None and not same_origin(request, origin):
+        if not origin_allowed(request, settings):
+            if request.path == "/healthz":
+                return await handler(request)
+            return _json_error(403, f"origin {origin} is not allowed")
+        cors = {
+            "Access-Control-Allow-Origin": origin,
+            "Access-Control-Allow-Credentials": "true",
+            "Vary": "Origin",
+            "Access-Control-Expose-Headers": "Retry-After",
+        }
+        if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
+            return web.Response(
+                status=204,
+                headers={
+                    **cors,
+                    "Access-Control-Allow-Methods": CORS_METHODS,
+                    "Access-Control-Allow-Headers": CORS_HEADERS,
+                    "Access-Control-Max-Age": "600",
+                },
+            )
+    auth = request.app[AUTH_KEY]
+    if not auth.enabled or _is_public(request.path):
+        request[OWNER_KEY] = ANONYMOUS
+    else:
+        owner = auth.authenticate(request)
+        if owner is None:
+            return _json_error(401, "missing or invalid API key", {**cors, "WWW-Authenticate": "Bearer"})
+        request[OWNER_KEY] = owner
+    response = await handler(request)
+    if cors and not response.prepared:
+        response.headers.update(cors)
+    return response
+
+
+async def issue_token(request: web.Request) -> web.Response:
+    """``POST /auth/token``: trade a key (Bearer) for a short-lived token, also set as a cookie."""
+    auth = request.app[AUTH_KEY]
+    if not auth.enabled:
+        return _json_error(404, "no API keys are configured, so no token is needed")
+    header = request.headers.get("Authorization", "")
+    scheme, _, value = header.partition(" ")
+    owner = auth.owner_of_key(value.strip()) if scheme.lower() == "bearer" else None
+    if owner is None:
+        return _json_error(401, "a token is issued for an API key only", {"WWW-Authenticate": "Bearer"})
+    token, expires = auth.issue_token(owner)
+    response = web.json_response({"token": token, "expires_at": expires})
+    response.set_cookie(
+        TOKEN_COOKIE,
+        token,
+        max_age=int(auth.token_ttl_s),
+        httponly=True,
+        samesite="Strict",
+        secure=request.secure,
+        path="/",
+    )
+    return response
+
+
+def owner_of(request: web.Request) -> str:
+    """The owner id the access middleware found ("" when keys are off)."""
+    return request.get(OWNER_KEY, ANONYMOUS)
+
+
+def setup(app: web.Application, settings: Settings) -> None:
+    """Install the access middleware's state and the token route."""
+    app[AUTH_KEY] = Authenticator(settings.api_keys, settings.token_ttl_s)
+    app[SETTINGS_KEY] = settings
+    app.router.add_post("/auth/token", issue_token)

@@ -1,0 +1,364 @@
+"""WebSocket transport, ``GET /ws``: the same sessions, events and ids as SSE, on the same core.
+
+One socket follows many sessions. The handler owns its read loop and hands commands to the
+core; each subscription is a task that reads the session's log (the same ``subscribe`` the SSE
+handler uses) and puts frames in the socket's bounded outbox, which one writer task drains.
+A client that stops reading fills the outbox; once a frame has waited ``AGENT_WS_SEND_TIMEOUT_S``
+for room, the socket is closed with 1013 and memory stays flat; the client resumes with
+``last_event_id``. Bad messages get ``{"type": "error", ...}`` and the socket stays open;
+binary frames close it with 1003; oversized ones with 1009 (aiohttp's ``max_msg_size``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from contextlib import aclosing
+from typing import Any
+
+from aiohttp import WSCloseCode, WSMsgType, web
+
+from service.app import SERVICES, Services
+from service.core.sessions import Session
+from service.errors import EventsPurged, Overloaded, RunInProgress, SessionLimitReached, SessionNotFound
+from service.transports import dialects
+from service.transports.auth import origin_allowed, owner_of
+
+log = logging.getLogger(__name__)
+
+TRY_AGAIN_LATER = 1013
+
+
+class ClientError(Exception):
+    """A bad client message: becomes an ``error`` frame with ``code``."""
+
+    def __init__(self, code: str, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.code = code
+        self.extra = extra
+
+
+class _TooSlow(Exception):
+    """The client does not read fast enough to keep its outbox from filling."""
+
+
+class Connection:
+    """One WebSocket client: its subscriptions, its short-lived runs, and its outbox."""
+
+    def __init__(self, ws: web.WebSocketResponse, services: Services, owner: str) -> None:
+        self.ws = ws
+        self.services = services
+        self.owner = owner
+        settings = services.settings
+        self.outbox: asyncio.Queue[str] = asyncio.Queue(maxsize=settings.ws_send_queue)
+        self.send_timeout = settings.ws_send_timeout_s
+        self.subscriptions: dict[str, asyncio.Task[None]] = {}
+        self.ephemeral: set[str] = set()
+        self.writer = asyncio.create_task(self._write(), name="ws-writer")
+        self.closing = False
+
+    # -- writing ---------------------------------------------------------------------------
+
+    async def emit(self, frame: str) -> None:
+        """Queue a frame; close the socket with 1013 if it finds no room in time."""
+        try:
+            async with asyncio.timeout(self.send_timeout):
+                await self.outbox.put(frame)
+        except TimeoutError:
+            await self.close_slow()
+            raise _TooSlow from None
+
+    async def emit_json(self, payload: dict[str, Any]) -> None:
+        """Queue a JSON frame made here (acknowledgements, errors, status)."""
+        await self.emit(dialects.dumps(payload))
+
+    async def _write(self) -> None:
+        while True:
+            frame = await self.outbox.get()
+            try:
+                async with asyncio.timeout(self.send_timeout):
+                    await self.ws.send_str(frame)
+            except TimeoutError:
+                await self.close_slow()
+                return
+            except (ConnectionResetError, RuntimeError):
+                return
+
+    async def close_slow(self) -> None:
+        """Close a client that does not read; it may resume with ``last_event_id``."""
+        if not self.closing:
+            self.closing = True
+            log.info("closing a WebSocket client that stopped reading")
+            await self.ws.close(code=TRY_AGAIN_LATER, message=b"client too slow; resume with last_event_id")
+
+    # -- commands --------------------------------------------------------------------------
+
+    async def handle(self, text: str) -> None:
+        """Parse and run one client message; a bad one gets an error frame."""
+        request_type = None
+        try:
+            try:
+                message = json.loads(text)
+            except ValueError as exc:
+                raise ClientError("bad_json", f"malformed JSON: {exc}") from None
+            if not isinstance(message, dict):
+                raise ClientError("invalid", "a message must be a JSON object")
+            request_type = message.get("type")
+            handler = self._handlers.get(request_type) if isinstance(request_type, str) else None
+            if handler is None:
+                raise ClientError(
+                    "unknown_type",
+                    f"unknown message type {request_type!r}; expected one of {', '.join(sorted(self._handlers))}",
+                )
+            await handler(self, message)
+        except ClientError as error:
+            await self.emit_json(
+                {
+                    "type": "error",
+                    "error": str(error),
+                    "code": error.code,
+                    "request_type": request_type,
+                    **error.extra,
+                }
+            )
+        except SessionNotFound:
+            await self.emit_json(
+                {
+                    "type": "error",
+                    "error": "Session not found",
+                    "code": "not_found",
+                    "request_type": request_type,
+                    "session_id": message.get("session_id"),
+                }
+            )
+
+    async def _ping(self, message: dict[str, Any]) -> None:
+        await self.emit_json({"type": "pong"})
+
+    async def _subscribe(self, message: dict[str, Any]) -> None:
+        session = await self._session(message)
+        after = _optional_int(message, "last_event_id")
+        log_ = session.log
+        last = await log_.last_id()
+        if after is not None:
+            if after > last:
+                raise ClientError(
+                    "invalid",
+                    f"last_event_id {after} is ahead of the session's last event id {last}",
+                    session_id=session.id,
+                )
+            oldest = await log_.first_id()
+            if after < oldest - 1:
+                from service.transports.sessions import purged_body
+
+                body = await purged_body(self.services, session, after, oldest)
+                raise ClientError("events_purged", body.pop("error"), session_id=session.id, **body)
+        self._stop_subscription(session.id)
+        await self.emit_json({"type": "subscribed", "session_id": session.id})
+        if after is None:
+            await self.emit_json(
+                {"session_id": session.id, "type": "status_change", "status": session.status}
+            )
+            after = last
+        self.subscriptions[session.id] = asyncio.create_task(
+            self._pump(session, after), name=f"ws-sub-{session.id}"
+        )
+
+    async def _unsubscribe(self, message: dict[str, Any]) -> None:
+        session_id = _required_str(message, "session_id")
+        if not self._stop_subscription(session_id):
+            raise ClientError("not_subscribed", "not subscribed to that session", session_id=session_id)
+        await self.emit_json({"type": "unsubscribed", "session_id": session_id})
+
+    async def _message(self, message: dict[str, Any]) -> None:
+        session = await self._session(message)
+        content = _required_str(message, "content")
+        if not content.strip():
+            raise ClientError("invalid", "content must not be blank", session_id=session.id)
+        await self._start(session, content, _optional_int(message, "max_turns"))
+
+    async def _cancel(self, message: dict[str, Any]) -> None:
+        session = await self._session(message)
+        cancelled = await self.services.runs.cancel(session.id)
+        await self.emit_json({"type": "cancel_requested", "session_id": session.id, "cancelled": cancelled})
+
+    async def _run(self, message: dict[str, Any]) -> None:
+        text = _required_str(message, "message")
+        if not text.strip():
+            raise ClientError("invalid", "message must not be blank")
+        session = await self._create_ephemeral()
+        self.ephemeral.add(session.id)
+        try:
+            await self.emit_json({"type": "subscribed", "session_id": session.id})
+            await self._start(session, text, _optional_int(message, "max_turns"))
+        except BaseException:
+            await self._end_ephemeral(session.id)
+            raise
+        # The run has logged its start already; reading from 0 misses nothing.
+        self.subscriptions[session.id] = asyncio.create_task(
+            self._pump(session, 0, until_done=True), name=f"ws-run-{session.id}"
+        )
+
+    _handlers = {
+        "ping": _ping,
+        "subscribe": _subscribe,
+        "unsubscribe": _unsubscribe,
+        "message": _message,
+        "cancel": _cancel,
+        "run": _run,
+    }
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    async def _session(self, message: dict[str, Any]) -> Session:
+        session_id = _required_str(message, "session_id")
+        return await self.services.sessions.get_owned(session_id, self.owner)
+
+    async def _create_ephemeral(self) -> Session:
+        try:
+            return await self.services.sessions.create(ephemeral=True, owner=self.owner)
+        except SessionLimitReached as exc:
+            raise ClientError("overloaded", str(exc)) from None
+
+    async def _start(self, session: Session, content: str, max_turns: int | None) -> None:
+        limit = self.services.settings.max_message_chars
+        if len(content) > limit:
+            raise ClientError("invalid", f"longer than {limit} characters", session_id=session.id)
+        if max_turns is not None and not 1 <= max_turns <= 100:
+            raise ClientError("invalid", "max_turns must be between 1 and 100", session_id=session.id)
+        try:
+            run = await self.services.runs.start(session, content, max_turns)
+        except RunInProgress:
+            raise ClientError(
+                "conflict", "a query is already running in this session", session_id=session.id
+            ) from None
+        except Overloaded as exc:
+            raise ClientError("overloaded", str(exc), session_id=session.id) from None
+        await self.emit_json({"type": "accepted", "session_id": session.id, "run_id": run.id})
+
+    def _stop_subscription(self, session_id: str) -> bool:
+        task = self.subscriptions.pop(session_id, None)
+        if task is None:
+            return False
+        task.cancel()
+        return True
+
+    async def _pump(self, session: Session, after: int, *, until_done: bool = False) -> None:
+        """Forward the session's events after ``after`` until unsubscribed (or the run's end)."""
+        merge_after = self.services.settings.merge_deltas_after
+        session_id = session.id
+        try:
+            async with aclosing(session.log.subscribe(after)) as batches:
+                async for batch in batches:
+                    if len(batch) > merge_after:
+                        frames = [
+                            dialects.ws_frame(session_id, data)
+                            for _, _, data in dialects.merge_text_runs(batch)
+                        ]
+                    else:
+                        frames = [self._frame(session_id, entry) for entry in batch]
+                    for frame in frames:
+                        await self.emit(frame)
+                    if until_done and batch[-1].event.type in {"done", "error"}:
+                        break
+            await self.emit_json({"type": "unsubscribed", "session_id": session_id, "reason": "ended"})
+        except EventsPurged as exc:
+            await self.emit_json(
+                {
+                    "type": "error",
+                    "error": str(exc),
+                    "code": "events_purged",
+                    "session_id": session_id,
+                    "oldest_id": exc.oldest_id,
+                }
+            )
+        except _TooSlow:
+            pass
+        finally:
+            if self.subscriptions.get(session_id) is asyncio.current_task():
+                del self.subscriptions[session_id]
+            if until_done:
+                await self._end_ephemeral(session_id)
+
+    @staticmethod
+    def _frame(session_id: str, entry: Any) -> str:
+        cached = entry.encoded.get("ws")
+        if cached is None:
+            cached = entry.encoded["ws"] = dialects.ws_frame(session_id, dialects.session_frame(entry)[1])
+        return cached
+
+    async def _end_ephemeral(self, session_id: str) -> None:
+        self.ephemeral.discard(session_id)
+        await self.services.runs.cancel(session_id)
+        with contextlib.suppress(SessionNotFound):
+            await self.services.sessions.delete(session_id)
+
+    async def close(self) -> None:
+        """Stop every subscription and the writer; a socket's short-lived runs end with it."""
+        tasks = list(self.subscriptions.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for session_id in list(self.ephemeral):
+            await self._end_ephemeral(session_id)
+        self.writer.cancel()
+        await asyncio.gather(self.writer, return_exceptions=True)
+
+
+def _required_str(message: dict[str, Any], name: str) -> str:
+    value = message.get(name)
+    if not isinstance(value, str) or not value:
+        raise ClientError("invalid", f"{name} (a non-empty string) is required")
+    return value
+
+
+def _optional_int(message: dict[str, Any], name: str) -> int | None:
+    value = message.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ClientError("invalid", f"{name} must be a non-negative integer")
+    return value
+
+
+async def websocket(request: web.Request) -> web.StreamResponse:
+    """``GET /ws``: the WebSocket protocol of ../shared/DESIGN.md."""
+    services = request.app[SERVICES]
+    settings = services.settings
+    if not origin_allowed(request, settings):
+        return web.json_response({"error": "origin not allowed"}, status=403)
+    ws = web.WebSocketResponse(
+        heartbeat=settings.ws_heartbeat_s,
+        max_msg_size=settings.ws_max_message_bytes,
+        compress=False,
+    )
+    await ws.prepare(request)
+    connection = Connection(ws, services, owner_of(request))
+    try:
+        while not ws.closed:
+            try:
+                message = await ws.receive(timeout=settings.ws_idle_timeout_s)
+            except TimeoutError:
+                if not connection.subscriptions:
+                    await ws.close(code=WSCloseCode.GOING_AWAY, message=b"idle")
+                    break
+                continue
+            if message.type == WSMsgType.TEXT:
+                await connection.handle(message.data)
+            elif message.type == WSMsgType.BINARY:
+                await ws.close(code=WSCloseCode.UNSUPPORTED_DATA, message=b"binary frames are not supported")
+                break
+            elif message.type in {WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR}:
+                break
+    except _TooSlow:
+        pass
+    finally:
+        await connection.close()
+    return ws
+
+
+def add_routes(app: web.Application) -> None:
+    """Register the WebSocket route."""
+    app.router.add_get("/ws", websocket)
