@@ -188,11 +188,13 @@ class Connection:
         text = _required_str(message, "message")
         if not text.strip():
             raise ClientError("invalid", "message must not be blank")
+        max_turns = _optional_int(message, "max_turns")
+        self._check_query(text, max_turns)
         session = await self._create_ephemeral()
         self.ephemeral.add(session.id)
         try:
             await self.emit_json({"type": "subscribed", "session_id": session.id})
-            await self._start(session, text, _optional_int(message, "max_turns"))
+            await self._start(session, text, max_turns)
         except BaseException:
             await self._end_ephemeral(session.id)
             raise
@@ -222,12 +224,15 @@ class Connection:
         except SessionLimitReached as exc:
             raise ClientError("overloaded", str(exc)) from None
 
-    async def _start(self, session: Session, content: str, max_turns: int | None) -> None:
+    def _check_query(self, content: str, max_turns: int | None, **context: Any) -> None:
         limit = self.services.settings.max_message_chars
         if len(content) > limit:
-            raise ClientError("invalid", f"longer than {limit} characters", session_id=session.id)
+            raise ClientError("invalid", f"longer than {limit} characters", **context)
         if max_turns is not None and not 1 <= max_turns <= 100:
-            raise ClientError("invalid", "max_turns must be between 1 and 100", session_id=session.id)
+            raise ClientError("invalid", "max_turns must be between 1 and 100", **context)
+
+    async def _start(self, session: Session, content: str, max_turns: int | None) -> None:
+        self._check_query(content, max_turns, session_id=session.id)
         try:
             run = await self.services.runs.start(session, content, max_turns)
         except RunInProgress:
@@ -333,6 +338,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
         heartbeat=settings.ws_heartbeat_s,
         max_msg_size=settings.ws_max_message_bytes,
         compress=False,
+        timeout=settings.ws_send_timeout_s,  # how long a close waits for the client's answer
     )
     await ws.prepare(request)
     connection = Connection(ws, services, owner_of(request))
