@@ -48,6 +48,7 @@ class Settings(BaseSettings):
     emulator_tokens_per_second: float = Field(40.0, ge=0)
     sse_ping_interval_s: float = Field(15.0, gt=0)
     sse_send_timeout_s: float = Field(30.0, gt=0)
+    sse_retry_ms: int = Field(1000, ge=0, le=60_000)
     heartbeat_interval_s: float = Field(15.0, gt=0)
     max_sessions: int = Field(10_000, ge=1)
     session_ttl_s: float = Field(3600.0, gt=0)

@@ -108,17 +108,26 @@ async def session_events(request: web.Request) -> web.StreamResponse:
         if after is None:
             # A fresh connection learns the status first (seed 002), then only what comes next.
             await response.send(
-                encode({"type": "status_change", "status": session.status}), event="status_change"
+                encode({"type": "status_change", "status": session.status}),
+                event="status_change",
+                retry=services.settings.sse_retry_ms,
             )
             if not running:
                 return response
             after = last
-        await _follow(response, services, session, after)
+            await _follow(response, services, session, after)
+        else:
+            await _follow(response, services, session, after, retry=services.settings.sse_retry_ms)
     return response
 
 
-async def _follow(response: EventSourceResponse, services: Services, session: Session, after: int) -> None:
-    """Write the session's events after ``after`` until the ``done`` that ends the log."""
+async def _follow(
+    response: EventSourceResponse, services: Services, session: Session, after: int, retry: int | None = None
+) -> None:
+    """Write the session's events after ``after`` until the ``done`` that ends the log.
+
+    ``retry`` (the reconnection delay a browser should use) goes with the first frame.
+    """
     log = session.log
     settings = services.settings
     subscription = log.subscribe(after, idle_timeout=settings.heartbeat_interval_s)
@@ -127,15 +136,18 @@ async def _follow(response: EventSourceResponse, services: Services, session: Se
         async for batch in subscription:
             if not batch:
                 heartbeat = {"type": "heartbeat", "last_id": await log.last_id(), "status": session.status}
-                await response.send(encode(heartbeat), event="heartbeat")
+                await response.send(encode(heartbeat), event="heartbeat", retry=retry)
+                retry = None
                 continue
             if len(batch) > settings.merge_deltas_after:
                 for entry_id, name, data in dialects.merge_text_runs(batch):
-                    await response.send(data, id=str(entry_id), event=name)
+                    await response.send(data, id=str(entry_id), event=name, retry=retry)
+                    retry = None
             else:
                 for entry in batch:
                     name, data = dialects.session_frame(entry)
-                    await response.send(data, id=str(entry.id), event=name)
+                    await response.send(data, id=str(entry.id), event=name, retry=retry)
+                    retry = None
             last_sent = batch[-1].id
             if is_terminal(batch[-1].event) and last_sent == await log.last_id():
                 return
