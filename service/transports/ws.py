@@ -29,6 +29,7 @@ from service.transports.auth import origin_allowed, owner_of
 log = logging.getLogger(__name__)
 
 TRY_AGAIN_LATER = 1013
+SOCKETS = web.AppKey("ws_sockets", set)
 
 
 class ClientError(Exception):
@@ -55,6 +56,9 @@ class Connection:
         self.outbox: asyncio.Queue[str] = asyncio.Queue(maxsize=settings.ws_send_queue)
         self.send_timeout = settings.ws_send_timeout_s
         self.subscriptions: dict[str, asyncio.Task[None]] = {}
+        self.sessions: dict[str, Session] = {}
+        self.cursors: dict[str, int] = {}  # the last id each subscription has queued
+        self.progress = asyncio.Event()
         self.ephemeral: set[str] = set()
         self.writer = asyncio.create_task(self._write(), name="ws-writer")
         self.closing = False
@@ -85,6 +89,27 @@ class Connection:
                 return
             except (ConnectionResetError, RuntimeError):
                 return
+            self._progressed()
+
+    def _progressed(self) -> None:
+        progress, self.progress = self.progress, asyncio.Event()
+        progress.set()
+
+    async def drain(self, timeout: float) -> None:
+        """Wait (at most ``timeout``) until every subscription has sent all its log holds."""
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    pending = self.outbox.qsize() > 0
+                    for session_id in list(self.subscriptions):
+                        session = self.sessions.get(session_id)
+                        if session is not None and self.cursors.get(session_id, 0) < await session.log.last_id():
+                            pending = True
+                    if not pending:
+                        return
+                    await self.progress.wait()
+        except TimeoutError:
+            pass
 
     async def close_slow(self) -> None:
         """Close a client that does not read; it may resume with ``last_event_id``."""
@@ -254,6 +279,8 @@ class Connection:
         """Forward the session's events after ``after`` until unsubscribed (or the run's end)."""
         merge_after = self.services.settings.merge_deltas_after
         session_id = session.id
+        self.sessions[session_id] = session
+        self.cursors[session_id] = after
         try:
             async with aclosing(session.log.subscribe(after)) as batches:
                 async for batch in batches:
@@ -266,6 +293,8 @@ class Connection:
                         frames = [self._frame(session_id, entry) for entry in batch]
                     for frame in frames:
                         await self.emit(frame)
+                    self.cursors[session_id] = batch[-1].id
+                    self._progressed()
                     if until_done and batch[-1].event.type in {"done", "error"}:
                         break
             await self.emit_json({"type": "unsubscribed", "session_id": session_id, "reason": "ended"})
@@ -284,6 +313,8 @@ class Connection:
         finally:
             if self.subscriptions.get(session_id) is asyncio.current_task():
                 del self.subscriptions[session_id]
+                self.sessions.pop(session_id, None)
+                self.cursors.pop(session_id, None)
             if until_done:
                 await self._end_ephemeral(session_id)
 
@@ -342,6 +373,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
     )
     await ws.prepare(request)
     connection = Connection(ws, services, owner_of(request))
+    request.app[SOCKETS].add(connection)
     try:
         while not ws.closed:
             try:
@@ -361,10 +393,25 @@ async def websocket(request: web.Request) -> web.StreamResponse:
     except _TooSlow:
         pass
     finally:
+        request.app[SOCKETS].discard(connection)
         await connection.close()
     return ws
 
 
+async def _close_sockets(app: web.Application) -> None:
+    """On shutdown (after every run wrote its terminal event), let each socket send what its
+    sessions hold, then tell the client to go elsewhere (1001); it resumes by last_event_id."""
+    connections = list(app[SOCKETS])
+
+    async def close(connection: Connection) -> None:
+        await connection.drain(timeout=2.0)
+        await connection.ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutting down")
+
+    await asyncio.gather(*(close(connection) for connection in connections), return_exceptions=True)
+
+
 def add_routes(app: web.Application) -> None:
     """Register the WebSocket route."""
+    app[SOCKETS] = set()
     app.router.add_get("/ws", websocket)
+    app.on_shutdown.append(_close_sockets)

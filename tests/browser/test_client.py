@@ -16,7 +16,9 @@ EXPECTED = "The square root of 144 is 12."
 async def open_page(browser: Any, served: Served, query: str) -> Any:
     page = await browser.new_page()
     await page.goto(served.url + query)
-    await page.wait_for_function("document.querySelector('#status')?.textContent.includes('live')", timeout=15_000)
+    await page.wait_for_function(
+        "document.querySelector('#status')?.textContent.includes('live')", timeout=15_000
+    )
     return page
 
 
@@ -42,11 +44,14 @@ async def test_an_answer_renders(browser: Any, served: Served, transport: str) -
 
 
 @pytest.mark.parametrize("transport", ["ws", "sse"])
-async def test_reload_mid_answer_resumes_without_repeating_text(browser: Any, served: Served, transport: str) -> None:
+async def test_reload_mid_answer_resumes_without_repeating_text(
+    browser: Any, served: Served, transport: str
+) -> None:
     page = await open_page(browser, served, f"?transport={transport}")
     await ask(page, "Tell me a long story [emu:tokens=120] [emu:tps=40]")
     await page.wait_for_function(
-        "(document.querySelector('.answer .answer-text')?.textContent || '').split(' ').length > 10", timeout=15_000
+        "(document.querySelector('.answer .answer-text')?.textContent || '').split(' ').length > 10",
+        timeout=15_000,
     )
     session_id = await page.evaluate("window.agentstream.sessionId")
     await page.reload()
@@ -68,7 +73,9 @@ async def test_eventsource_does_not_reconnect_in_a_loop_after_done(browser: Any,
     async with aiohttp.ClientSession() as http:
         async with http.post(served.url + "sessions", json={}) as response:
             session_id = (await response.json())["id"]
-        async with http.post(served.url + f"sessions/{session_id}/messages", json={"content": "hi [emu:tokens=5]"}):
+        async with http.post(
+            served.url + f"sessions/{session_id}/messages", json={"content": "hi [emu:tokens=5]"}
+        ):
             pass
     await page.evaluate(
         """(id) => new Promise(resolve => {

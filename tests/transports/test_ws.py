@@ -286,3 +286,24 @@ async def test_a_client_that_never_reads_is_closed_and_resumes_with_nothing_lost
             frame = await receive(ws)
             rest.append(frame["id"])
     assert ids + rest == list(range(1, 40_001))
+
+
+async def test_shutdown_closes_sockets_with_1001_after_runs_end(client: TestClient) -> None:
+    session_id = await new_session(client)
+    async with client.ws_connect("/ws") as ws:
+        await ws.send_json({"type": "subscribe", "session_id": session_id})
+        await until(ws, lambda f: f["type"] == "status_change")
+        await ws.send_json(
+            {"type": "message", "session_id": session_id, "content": "long [emu:tokens=2000] [emu:tps=50]"}
+        )
+        await until(ws, lambda f: f["type"] == "assistant_text")
+        await client.server.app.shutdown()
+        frames = []
+        while True:
+            message = await ws.receive()
+            if message.type != aiohttp.WSMsgType.TEXT:
+                break
+            frames.append(json.loads(message.data))
+        assert message.type == aiohttp.WSMsgType.CLOSE and message.data == 1001
+    errors = [f for f in frames if f.get("type") == "error" and "id" in f]
+    assert errors and errors[-1]["code"] == "shutdown"
