@@ -47,6 +47,17 @@ test_tools.__test__ = False  # type: ignore[attr-defined]
 
 ClientFactory = Callable[..., Awaitable[TestClient]]
 
+# Every route that names a session, as (method, path after /sessions/{id}).
+SESSION_ROUTES = [
+    ("GET", ""),
+    ("DELETE", ""),
+    ("POST", "/messages"),
+    ("POST", "/cancel"),
+    ("GET", "/events"),
+    ("GET", "/events/poll"),
+    ("GET", "/stream?query=x"),
+]
+
 
 @pytest.fixture
 async def make_client(aiohttp_client: Any) -> ClientFactory:

@@ -10,10 +10,10 @@ import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from service.app import SERVICES, Services
 from service.core.events import Event, RunDone, RunError, TextDelta, is_terminal
@@ -27,20 +27,23 @@ log = logging.getLogger(__name__)
 Model = TypeVar("Model", bound=BaseModel)
 
 
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be blank")
+    return value
+
+
+Text = Annotated[str, Field(min_length=1), AfterValidator(_not_blank)]
+MaxTurns = Annotated[int | None, Field(default=None, ge=1, le=100)]
+
+
 class AgentRequest(BaseModel):
     """Body of ``POST /agent/stream`` and ``POST /agent/run``."""
 
     model_config = ConfigDict(extra="ignore")
 
-    message: str = Field(min_length=1)
-    max_turns: int | None = Field(default=None, ge=1, le=100)
-
-    @field_validator("message")
-    @classmethod
-    def _not_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("message must not be blank")
-        return value
+    message: Text
+    max_turns: MaxTurns = None
 
 
 def error_response(status: int, message: str, **extra: Any) -> web.Response:

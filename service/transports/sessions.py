@@ -9,13 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict
 
 from service.app import SERVICES, Services
 from service.core.sessions import Session
 from service.transports import dialects
 from service.transports.auth import owner_of
-from service.transports.http import check_length, json_error, read_json, read_object
+from service.transports.http import MaxTurns, Text, check_length, json_error, read_json, read_object
 
 
 class MessageRequest(BaseModel):
@@ -23,15 +23,8 @@ class MessageRequest(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    content: str = Field(min_length=1)
-    max_turns: int | None = Field(default=None, ge=1, le=100)
-
-    @field_validator("content")
-    @classmethod
-    def _not_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("content must not be blank")
-        return value
+    content: Text
+    max_turns: MaxTurns = None
 
 
 async def session_of(request: web.Request) -> tuple[Services, Session]:

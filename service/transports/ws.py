@@ -103,7 +103,10 @@ class Connection:
                     pending = self.outbox.qsize() > 0
                     for session_id in list(self.subscriptions):
                         session = self.sessions.get(session_id)
-                        if session is not None and self.cursors.get(session_id, 0) < await session.log.last_id():
+                        if (
+                            session is not None
+                            and self.cursors.get(session_id, 0) < await session.log.last_id()
+                        ):
                             pending = True
                     if not pending:
                         return

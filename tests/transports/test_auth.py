@@ -11,7 +11,7 @@ from aiohttp.test_utils import TestClient
 
 from service.config import SettingsError, load_settings
 from service.transports.auth import Authenticator, fingerprint
-from tests.conftest import ClientFactory, sse_events
+from tests.conftest import SESSION_ROUTES, ClientFactory, sse_events
 
 ALICE = {"Authorization": "Bearer key-alice"}
 BOB = {"Authorization": "Bearer key-bob"}
@@ -56,15 +56,7 @@ async def test_every_route_but_health_and_page_needs_a_key(secured: TestClient) 
 
 async def test_a_session_belongs_to_its_key(secured: TestClient) -> None:
     session_id = await make_session(secured, ALICE)
-    for method, path in [
-        ("GET", ""),
-        ("DELETE", ""),
-        ("POST", "/messages"),
-        ("POST", "/cancel"),
-        ("GET", "/events"),
-        ("GET", "/events/poll"),
-        ("GET", "/stream?query=hi"),
-    ]:
+    for method, path in SESSION_ROUTES:
         async with secured.request(
             method, f"/sessions/{session_id}{path}", json={"content": "x"}, headers=BOB
         ) as response:

@@ -9,7 +9,7 @@ from typing import Any
 import aiohttp
 from aiohttp.test_utils import TestClient
 
-from tests.conftest import ClientFactory, services_of, sse_events
+from tests.conftest import SESSION_ROUTES, ClientFactory, services_of, sse_events
 
 
 async def new_session(client: TestClient) -> str:
@@ -68,15 +68,7 @@ async def test_session_routes(client: TestClient) -> None:
     assert records[-1].user_text.startswith("And now tell me more")
     async with client.delete(f"/sessions/{session_id}") as response:
         assert response.status == 204
-    for method, path in [
-        ("GET", ""),
-        ("DELETE", ""),
-        ("POST", "/messages"),
-        ("POST", "/cancel"),
-        ("GET", "/events"),
-        ("GET", "/events/poll"),
-        ("GET", "/stream?query=x"),
-    ]:
+    for method, path in SESSION_ROUTES:
         async with client.request(method, f"/sessions/{session_id}{path}", json={"content": "x"}) as response:
             assert response.status == 404, (method, path)
             assert await response.json() == {"error": "Session not found"}

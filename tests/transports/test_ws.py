@@ -36,6 +36,16 @@ async def until(ws: aiohttp.ClientWebSocketResponse, predicate: Any) -> list[dic
             return frames
 
 
+async def start_long_answer(ws: aiohttp.ClientWebSocketResponse, session_id: str) -> None:
+    """Subscribe, start a long paced answer, and return once its text is flowing."""
+    await ws.send_json({"type": "subscribe", "session_id": session_id})
+    await until(ws, lambda f: f["type"] == "status_change")
+    await ws.send_json(
+        {"type": "message", "session_id": session_id, "content": "long [emu:tokens=2000] [emu:tps=50]"}
+    )
+    await until(ws, lambda f: f["type"] == "assistant_text")
+
+
 def is_done(frame: dict[str, Any]) -> bool:
     return frame.get("type") == "done" and "id" in frame
 
@@ -128,12 +138,7 @@ async def test_short_lived_run_over_websocket(client: TestClient) -> None:
 async def test_cancel_over_websocket(client: TestClient) -> None:
     session_id = await new_session(client)
     async with client.ws_connect("/ws") as ws:
-        await ws.send_json({"type": "subscribe", "session_id": session_id})
-        await until(ws, lambda f: f["type"] == "status_change")
-        await ws.send_json(
-            {"type": "message", "session_id": session_id, "content": "long [emu:tokens=2000] [emu:tps=50]"}
-        )
-        await until(ws, lambda f: f["type"] == "assistant_text")
+        await start_long_answer(ws, session_id)
         await ws.send_json({"type": "cancel", "session_id": session_id})
         frames = await until(ws, is_done)
         assert frames[-1]["cancelled"] is True
@@ -291,12 +296,7 @@ async def test_a_client_that_never_reads_is_closed_and_resumes_with_nothing_lost
 async def test_shutdown_closes_sockets_with_1001_after_runs_end(client: TestClient) -> None:
     session_id = await new_session(client)
     async with client.ws_connect("/ws") as ws:
-        await ws.send_json({"type": "subscribe", "session_id": session_id})
-        await until(ws, lambda f: f["type"] == "status_change")
-        await ws.send_json(
-            {"type": "message", "session_id": session_id, "content": "long [emu:tokens=2000] [emu:tps=50]"}
-        )
-        await until(ws, lambda f: f["type"] == "assistant_text")
+        await start_long_answer(ws, session_id)
         await client.server.app.shutdown()
         frames = []
         while True:
