@@ -68,6 +68,11 @@ class Connection:
     async def emit(self, frame: str) -> None:
         """Queue a frame; close the socket with 1013 if it finds no room in time."""
         try:
+            self.outbox.put_nowait(frame)  # the common case: no timer, no wait
+            return
+        except asyncio.QueueFull:
+            pass
+        try:
             async with asyncio.timeout(self.send_timeout):
                 await self.outbox.put(frame)
         except TimeoutError:
@@ -80,10 +85,13 @@ class Connection:
 
     async def _write(self) -> None:
         while True:
-            frame = await self.outbox.get()
+            frames = [await self.outbox.get()]
+            while not self.outbox.empty():  # send what is queued under one timer
+                frames.append(self.outbox.get_nowait())
             try:
                 async with asyncio.timeout(self.send_timeout):
-                    await self.ws.send_str(frame)
+                    for frame in frames:
+                        await self.ws.send_str(frame)
             except TimeoutError:
                 await self.close_slow()
                 return
