@@ -6,6 +6,7 @@ never a 500 (see the error middleware).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -201,7 +202,7 @@ async def agent_run(request: web.Request) -> web.Response:
             elif is_terminal(event):
                 terminal = event
     finally:
-        await end_ephemeral(services, session)
+        await asyncio.shield(end_ephemeral(services, session))
     if isinstance(terminal, RunDone):
         reply = dialects.agent(terminal) or {}
         reply.pop("type", None)

@@ -13,6 +13,7 @@ away, aiohttp cancels the handler and the subscription ends with it; only ``/age
 
 from __future__ import annotations
 
+import asyncio
 from contextlib import aclosing
 from typing import Any
 
@@ -70,7 +71,8 @@ async def agent_stream(request: web.Request) -> web.StreamResponse:
                 await response.send(encode(dialects.agent(RunError(error="the stream ended early")) or {}))
         return response
     finally:
-        await end_ephemeral(services, session)
+        # Shielded: a second cancellation must not leave the run going with nobody to read it.
+        await asyncio.shield(end_ephemeral(services, session))
 
 
 def _last_event_id(request: web.Request) -> int | None:

@@ -343,15 +343,20 @@ class Connection:
             await self.services.sessions.delete(session_id)
 
     async def close(self) -> None:
-        """Stop every subscription and the writer; a socket's short-lived runs end with it."""
-        tasks = list(self.subscriptions.values())
+        """Stop every subscription and the writer; a socket's short-lived runs end with it.
+
+        Shielded: the handler may be cancelled again while it cleans up (the peer vanished),
+        and a half-done cleanup would leave tasks and short-lived runs behind.
+        """
+        tasks = [*self.subscriptions.values(), self.writer]
         for task in tasks:
             task.cancel()
+        await asyncio.shield(self._cleanup(tasks))
+
+    async def _cleanup(self, tasks: list[asyncio.Task[Any]]) -> None:
         await asyncio.gather(*tasks, return_exceptions=True)
         for session_id in list(self.ephemeral):
             await self._end_ephemeral(session_id)
-        self.writer.cancel()
-        await asyncio.gather(self.writer, return_exceptions=True)
 
 
 def _required_str(message: dict[str, Any], name: str) -> str:
