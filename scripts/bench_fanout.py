@@ -1,0 +1,292 @@
+"""Benchmark: one session to many SSE subscribers — live latency, idle memory, replay throughput.
+
+    python scripts/bench_fanout.py                    # all three scenarios
+    python scripts/bench_fanout.py --only replay --json
+
+Processes as in production: the emulator, the service (pointed at the emulator as at Bedrock)
+and this client; each scenario starts a fresh service.
+
+- live: 1,000 SSE subscribers on one session while the emulator streams 500 tokens at 50/s.
+  Delivery latency = the client's clock at read minus the event's ``ts`` (when the service logged
+  it; one clock on one machine). To keep the client from being the bottleneck on two cores, 100
+  of the subscribers parse every event and the other 900 read and discard the bytes.
+- idle: 10,000 SSE connections on sessions whose query waits for its first token; the service's
+  resident memory per connection.
+- replay: a log of about 1,000 events replayed from the start to 100 subscribers, against a bare
+  aiohttp-sse handler that sends the same events from a list in another process (the
+  framework's ceiling); alternating rounds, medians, and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_concurrency import free_port, percentile, process, wait_until_up  # noqa: E402
+from bench_ws import cpu_seconds, rss_bytes  # noqa: E402
+
+
+def raise_fd_limit(wanted: int) -> None:
+    """Raise this process's open-file limit (children inherit it)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, wanted), hard))
+
+
+class Stack:
+    """The emulator and a service, started for one scenario."""
+
+    def __init__(self, emulator_args: list[str], extra_env: dict[str, str] | None = None) -> None:
+        self.emulator_port, self.service_port = free_port(), free_port()
+        self.emulator_url = f"http://127.0.0.1:{self.emulator_port}"
+        self.url = f"http://127.0.0.1:{self.service_port}"
+        self.emulator_cmd = [sys.executable, "-m", "service.emulator", "--port", str(self.emulator_port), *emulator_args]
+        self.env = {
+            "AGENT_PROVIDER": "bedrock",
+            "AGENT_PORT": str(self.service_port),
+            "AGENT_MAX_SESSIONS": "100000",
+            "AGENT_MERGE_DELTAS_AFTER": "1000000",
+            "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": self.emulator_url,
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ACCESS_KEY_ID": "bench",
+            "AWS_SECRET_ACCESS_KEY": "bench",
+            **(extra_env or {}),
+        }
+
+    async def __aenter__(self) -> Stack:
+        self._emulator = process(self.emulator_cmd, {})
+        self._emulator.__enter__()
+        self._service = process([sys.executable, "-m", "service"], self.env)
+        self.pid = self._service.__enter__().pid
+        await wait_until_up(self.emulator_url + "/_emulator/records")
+        await wait_until_up(self.url + "/healthz")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._service.__exit__(None, None, None)
+        self._emulator.__exit__(None, None, None)
+
+
+async def new_session(http: aiohttp.ClientSession, url: str, content: str | None = None) -> str:
+    """A session, with a query started on it when ``content`` is given."""
+    async with http.post(url + "/sessions", json={}) as response:
+        session_id = (await response.json())["id"]
+    if content is not None:
+        async with http.post(url + f"/sessions/{session_id}/messages", json={"content": content}) as response:
+            response.raise_for_status()
+    return session_id
+
+
+# -- live ---------------------------------------------------------------------------------------
+
+
+async def live(args: argparse.Namespace) -> dict[str, Any]:
+    """1,000 subscribers on one paced answer: append-to-client latency."""
+    raise_fd_limit(args.subscribers * 2 + 1024)
+    async with Stack([]) as stack:
+        connector = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as http:
+            session_id = await new_session(http, stack.url, f"live [emu:tokens={args.tokens}] [emu:tps={args.tps}] [emu:ttft=3000]")
+            latencies: list[float] = []
+            connected = 0
+            all_connected = asyncio.Event()
+
+            async def parse(index: int) -> int:
+                nonlocal connected
+                count = 0
+                async with http.get(stack.url + f"/sessions/{session_id}/events") as response:
+                    connected += 1
+                    if connected == args.subscribers:
+                        all_connected.set()
+                    if index >= args.parsed:
+                        while await response.content.readany():
+                            pass
+                        return 0
+                    async for line in response.content:
+                        if line.startswith(b"data:") and b'"assistant_text"' in line:
+                            now = time.time()
+                            latencies.append((now - json.loads(line[5:])["ts"]) * 1000)
+                            count += 1
+                return count
+
+            cpu_before = cpu_seconds(stack.pid)
+            counts = await asyncio.gather(*(parse(i) for i in range(args.subscribers)))
+            cpu = cpu_seconds(stack.pid) - cpu_before
+    delivered = sum(counts)
+    return {
+        "subscribers": args.subscribers,
+        "parsed_subscribers": args.parsed,
+        "tokens": args.tokens,
+        "tokens_per_second": args.tps,
+        "text_events_read_by_parsers": delivered,
+        "latency_ms": {
+            "p50": round(percentile(latencies, 0.5), 2),
+            "p99": round(percentile(latencies, 0.99), 2),
+            "max": round(max(latencies), 2),
+        },
+        "server_cpu_s": round(cpu, 2),
+    }
+
+
+# -- idle ---------------------------------------------------------------------------------------
+
+
+async def idle(args: argparse.Namespace) -> dict[str, Any]:
+    """Many SSE connections waiting for a first token: memory per connection."""
+    raise_fd_limit(args.idle * 2 + 1024)
+    async with Stack([]) as stack:
+        connector = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as http:
+            sessions = [
+                await new_session(http, stack.url, f"wait {n} [emu:ttft=600000]") for n in range(args.idle_sessions)
+            ]
+            before = rss_bytes(stack.pid)
+            responses = []
+
+            async def open_one(n: int) -> aiohttp.ClientResponse:
+                response = await http.get(stack.url + f"/sessions/{sessions[n % len(sessions)]}/events")
+                await response.content.readline()  # the status line arrived: the stream is set up
+                return response
+
+            for start in range(0, args.idle, 1000):
+                responses += await asyncio.gather(*(open_one(n) for n in range(start, min(args.idle, start + 1000))))
+            after = rss_bytes(stack.pid)
+            for response in responses:
+                response.close()
+    return {"connections": len(responses), "rss_per_connection_bytes": round((after - before) / len(responses))}
+
+
+# -- replay -------------------------------------------------------------------------------------
+
+
+def serve_ceiling(port: int, path: str) -> None:
+    """A bare aiohttp-sse handler replaying a fixed list of events (run in its own process)."""
+    from aiohttp import web
+    from aiohttp_sse import sse_response
+
+    events = json.loads(Path(path).read_text())
+
+    async def replay(request: web.Request) -> web.StreamResponse:
+        async with sse_response(request) as response:
+            for event_id, name, data in events:
+                await response.send(data, id=str(event_id), event=name)
+        return response
+
+    async def health(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_get("/replay", replay)
+    app.router.add_get("/healthz", health)
+    web.run_app(app, host="127.0.0.1", port=port, print=lambda *_: None, access_log=None, handler_cancellation=True)
+
+
+async def read_replay(http: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> int:
+    """Read one SSE replay to its end; the number of events."""
+    count = 0
+    async with http.get(url, headers=headers) as response:
+        async for line in response.content:
+            if line.startswith(b"id:"):
+                count += 1
+    return count
+
+
+async def replay(args: argparse.Namespace) -> dict[str, Any]:
+    """Replay of ~1,000 events to 100 subscribers: the service against the bare ceiling."""
+    async with Stack([]) as stack:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+            session_id = await new_session(http, stack.url, f"fill [emu:tokens={args.replay_tokens}]")
+            while True:  # the fill query runs in the background
+                async with http.get(stack.url + f"/sessions/{session_id}") as response:
+                    body = await response.json()
+                if body["status"] == "idle" and body["last_event_id"] > args.replay_tokens:
+                    break
+                await asyncio.sleep(0.05)
+            async with http.get(stack.url + f"/sessions/{session_id}/events/poll?since_index=0&limit=100000") as response:
+                polled = (await response.json())["events"]
+            events = [(e["id"], e["type"], json.dumps(e, separators=(",", ":"))) for e in polled]
+            with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
+                json.dump(events, handle)
+            ceiling_port = free_port()
+            ceiling_cmd = [sys.executable, __file__, "--serve-ceiling", str(ceiling_port), handle.name]
+            with process(ceiling_cmd, {}) as ceiling:
+                await wait_until_up(f"http://127.0.0.1:{ceiling_port}/healthz")
+                targets = {
+                    "service": (stack.url + f"/sessions/{session_id}/events", {"Last-Event-ID": "0"}, stack.pid),
+                    "bare_aiohttp_sse": (f"http://127.0.0.1:{ceiling_port}/replay", {}, ceiling.pid),
+                }
+                rates: dict[str, list[tuple[float, float]]] = {name: [] for name in targets}
+                for _ in range(args.rounds):
+                    for name, (url, headers, pid) in targets.items():
+                        cpu_before, started = cpu_seconds(pid), time.monotonic()
+                        counts = await asyncio.gather(*(read_replay(http, url, headers) for _ in range(args.replay_subscribers)))
+                        elapsed, cpu = time.monotonic() - started, cpu_seconds(pid) - cpu_before
+                        delivered = sum(counts)
+                        if delivered != len(events) * args.replay_subscribers:
+                            raise RuntimeError(f"{name}: {delivered} events, expected {len(events) * args.replay_subscribers}")
+                        rates[name].append((delivered / elapsed, cpu / delivered * 1e6))
+            os.unlink(handle.name)
+    result: dict[str, Any] = {"events_in_log": len(events), "subscribers": args.replay_subscribers, "rounds": args.rounds}
+    for name, runs in rates.items():
+        result[name] = {
+            "events_per_s": round(statistics.median(rate for rate, _ in runs)),
+            "cpu_us_per_event": round(statistics.median(cost for _, cost in runs), 2),
+        }
+    result["service_over_ceiling"] = round(result["service"]["events_per_s"] / result["bare_aiohttp_sse"]["events_per_s"], 2)
+    return result
+
+
+def main() -> None:
+    """Command line entry point."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", choices=["live", "idle", "replay"], action="append")
+    parser.add_argument("--subscribers", type=int, default=1000)
+    parser.add_argument("--parsed", type=int, default=100, help="live subscribers that parse every event")
+    parser.add_argument("--tokens", type=int, default=500)
+    parser.add_argument("--tps", type=float, default=50.0)
+    parser.add_argument("--idle", type=int, default=10_000)
+    parser.add_argument("--idle-sessions", type=int, default=10)
+    parser.add_argument("--replay-tokens", type=int, default=990)
+    parser.add_argument("--replay-subscribers", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--serve-ceiling", nargs=2, metavar=("PORT", "FILE"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_ceiling:
+        serve_ceiling(int(args.serve_ceiling[0]), args.serve_ceiling[1])
+        return
+    scenarios = {"live": live, "idle": idle, "replay": replay}
+    result = {name: asyncio.run(scenarios[name](args)) for name in (args.only or scenarios)}
+    if args.json:
+        print(json.dumps(result))
+        return
+    if "live" in result:
+        r = result["live"]
+        lat = r["latency_ms"]
+        print(f"live: {r['subscribers']} SSE subscribers, {r['tokens']} tokens at {r['tokens_per_second']}/s")
+        print(f"  append-to-client latency: p50 {lat['p50']} ms, p99 {lat['p99']} ms, max {lat['max']} ms")
+    if "idle" in result:
+        r = result["idle"]
+        print(f"idle: {r['connections']:,} SSE connections, {r['rss_per_connection_bytes']:,} bytes of server RSS each")
+    if "replay" in result:
+        r = result["replay"]
+        print(f"replay: {r['events_in_log']} events to {r['subscribers']} subscribers, median of {r['rounds']} rounds")
+        for name in ("service", "bare_aiohttp_sse"):
+            print(f"  {name:17} {r[name]['events_per_s']:>9,} events/s, {r[name]['cpu_us_per_event']} us CPU per event")
+        print(f"  service / bare aiohttp-sse: {r['service_over_ceiling']}")
+
+
+if __name__ == "__main__":
+    main()
