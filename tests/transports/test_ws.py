@@ -307,3 +307,17 @@ async def test_shutdown_closes_sockets_with_1001_after_runs_end(client: TestClie
         assert message.type == aiohttp.WSMsgType.CLOSE and message.data == 1001
     errors = [f for f in frames if f.get("type") == "error" and "id" in f]
     assert errors and errors[-1]["code"] == "shutdown"
+
+
+async def test_idle_socket_without_subscriptions_is_closed(make_client: ClientFactory) -> None:
+    client = await make_client(ws_idle_timeout_s=0.2)
+    session_id = await new_session(client)
+    async with client.ws_connect("/ws") as ws:
+        closed = await ws.receive()
+        assert closed.type == aiohttp.WSMsgType.CLOSE and closed.data == 1001
+    async with client.ws_connect("/ws") as ws:  # a subscribed socket is kept past the idle time
+        await ws.send_json({"type": "subscribe", "session_id": session_id})
+        await until(ws, lambda f: f["type"] == "status_change")
+        await ws.send_json({"type": "message", "session_id": session_id, "content": "later [emu:ttft=500] [emu:tokens=2]"})
+        frames = await until(ws, is_done)
+        assert frames[-1]["type"] == "done"
