@@ -35,7 +35,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_concurrency import free_port, percentile, process, wait_until_up  # noqa: E402
-from bench_ws import cpu_seconds, rss_bytes  # noqa: E402
+from bench_ws import cpu_seconds, fill_session, rss_bytes  # noqa: E402
 
 
 def raise_fd_limit(wanted: int) -> None:
@@ -207,13 +207,7 @@ async def replay(args: argparse.Namespace) -> dict[str, Any]:
     """Replay of ~1,000 events to 100 subscribers: the service against the bare ceiling."""
     async with Stack([]) as stack:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
-            session_id = await new_session(http, stack.url, f"fill [emu:tokens={args.replay_tokens}]")
-            while True:  # the fill query runs in the background
-                async with http.get(stack.url + f"/sessions/{session_id}") as response:
-                    body = await response.json()
-                if body["status"] == "idle" and body["last_event_id"] > args.replay_tokens:
-                    break
-                await asyncio.sleep(0.05)
+            session_id, _ = await fill_session(http, stack.url, args.replay_tokens)
             async with http.get(stack.url + f"/sessions/{session_id}/events/poll?since_index=0&limit=100000") as response:
                 polled = (await response.json())["events"]
             events = [(e["id"], e["type"], json.dumps(e, separators=(",", ":"))) for e in polled]
