@@ -46,7 +46,7 @@ SERVICES = web.AppKey("services", Services)
 
 
 def make_provider(settings: Settings, emulator_url: str | None = None) -> ModelProvider:
-    """The provider the settings ask for."""
+    """The provider the settings ask for; ``AGENT_OPENAI_BASE_URL=emulator`` means the embedded one."""
     from service.providers.bedrock import BedrockProvider
 
     common: dict[str, Any] = {
@@ -65,6 +65,22 @@ def make_provider(settings: Settings, emulator_url: str | None = None) -> ModelP
         )
     if settings.provider == "bedrock":
         return BedrockProvider(**common)
+    if settings.provider == "openai":
+        from service.providers.openai import OpenAIProvider
+
+        base_url = settings.openai_base_url
+        if base_url == "emulator":
+            # The embedded emulator serves the OpenAI-compatible route under /v1, like OpenAI.
+            assert emulator_url is not None
+            base_url = f"{emulator_url}/v1"
+        return OpenAIProvider(
+            base_url=base_url,
+            api_key=settings.openai_api_key,
+            model_id=settings.model_id,
+            max_concurrent_runs=settings.max_concurrent_runs,
+            # The service's one upstream read-timeout setting; its name predates this provider.
+            read_timeout=settings.bedrock_read_timeout_s,
+        )
     raise ProviderError(
         f"AGENT_PROVIDER={settings.provider} is not available in this version", code="unavailable"
     )
@@ -90,7 +106,9 @@ def create_app(
     from service.transports import sessions as session_routes
 
     settings = settings or load_settings()
-    executor = ToolExecutor([*builtin_tools(), *tools], timeout=settings.tool_timeout_s)
+    from service.agent.aws_tools import aws_tools
+
+    executor = ToolExecutor([*builtin_tools(), *aws_tools(), *tools], timeout=settings.tool_timeout_s)
     # The provider is made at start-up (the embedded emulator must be listening first).
     agent = AgentLoop(
         provider,
@@ -127,7 +145,9 @@ def create_app(
         emulator = None
         made = provider
         if made is None:
-            if settings.provider == "emulator":
+            if settings.provider == "emulator" or (
+                settings.provider == "openai" and settings.openai_base_url == "emulator"
+            ):
                 from service.emulator import EmbeddedEmulator, EmulatorConfig
 
                 emulator = EmbeddedEmulator(
@@ -141,12 +161,25 @@ def create_app(
         services.provider = made
         agent.provider = made
         services.monitor.start()
+        mcp_tools = None
+        if settings.mcp_servers:
+            from service.agent.mcp import McpToolSet
+
+            # A server that is down only lacks its tools; it is retried in the background.
+            mcp_tools = McpToolSet(
+                settings.mcp_servers, reserved=executor.names, call_timeout=settings.tool_timeout_s
+            )
+            executor.add_source(mcp_tools)
+            await mcp_tools.start()
         reaper = asyncio.create_task(
             _expire_sessions(sessions, settings.session_ttl_s), name="session-reaper"
         )
         try:
             yield
         finally:
+            if mcp_tools is not None:
+                executor.remove_source(mcp_tools)
+                await mcp_tools.stop()
             reaper.cancel()
             await asyncio.gather(reaper, return_exceptions=True)
             await services.monitor.stop()

@@ -6,6 +6,12 @@ input, exceptions, timeouts and oversized results all become a :class:`ToolOutco
 ``is_error`` set, whose text is what the model is told. Only cancellation propagates, so a
 cancelled query stops its tools.
 
+Besides the tools registered once, an executor can hold :class:`ToolSource` objects whose tools
+may change while the service runs (MCP servers coming and going). Every lookup takes a fresh
+snapshot, so a run in flight keeps working: a tool that vanished between two turns is simply an
+unknown tool for the next call. Registered tools win every name clash; among sources, the first
+added wins, and a source's tool with a taken or invalid name is not offered.
+
 The calculator evaluates arithmetic by walking the syntax tree that :func:`ast.parse` builds; it
 never runs Python code, and it refuses inputs whose evaluation would be expensive *before*
 computing them (huge powers, factorials, deep nesting), so a hostile expression costs nothing.
@@ -23,7 +29,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +40,7 @@ __all__ = [
     "Tool",
     "ToolExecutor",
     "ToolOutcome",
+    "ToolSource",
     "builtin_tools",
     "evaluate",
     "format_number",
@@ -64,6 +71,15 @@ class Tool(abc.ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {getattr(self, 'name', '?')!r}>"
+
+
+@runtime_checkable
+class ToolSource(Protocol):
+    """A set of tools that may change at run time; the executor asks for it on every lookup."""
+
+    def tools(self) -> Sequence[Tool]:
+        """The tools offered right now (cheap: called once per model turn and per tool call)."""
+        ...
 
 
 ToolFunc = Callable[[dict[str, Any]], str | Number | Awaitable[str | Number]]
@@ -170,6 +186,7 @@ class ToolExecutor:
         self.timeout = float(timeout)
         self.max_result_chars = max_result_chars
         self._tools: dict[str, Tool] = {}
+        self._sources: list[ToolSource] = []
         for tool in tools:
             self.register(tool)
 
@@ -182,21 +199,54 @@ class ToolExecutor:
             raise ValueError(f"a tool named {name!r} is already registered")
         self._tools[name] = tool
 
+    def add_source(self, source: ToolSource) -> None:
+        """Offer a source's tools (as they are at each lookup) after the registered ones."""
+        if source not in self._sources:
+            self._sources.append(source)
+
+    def remove_source(self, source: ToolSource) -> None:
+        """Stop offering a source's tools; calls already running finish."""
+        if source in self._sources:
+            self._sources.remove(source)
+
+    @property
+    def sources(self) -> tuple[ToolSource, ...]:
+        """The dynamic tool sources, in the order they were added."""
+        return tuple(self._sources)
+
+    def current(self) -> dict[str, Tool]:
+        """A snapshot of every tool offered now, by name: registered ones, then the sources'."""
+        tools = dict(self._tools)
+        for source in self._sources:
+            try:
+                offered = source.tools()
+            except Exception:  # noqa: BLE001 - a broken source must not break every run
+                logger.exception("tool source %r failed to list its tools", source)
+                continue
+            for tool in offered:
+                name = getattr(tool, "name", None)
+                # A source cannot raise at registration time, so its bad or clashing names are
+                # dropped here; the source itself reports which of its tools it could not offer.
+                if isinstance(name, str) and _TOOL_NAME_RE.match(name) and name not in tools:
+                    tools[name] = tool
+        return tools
+
     @property
     def names(self) -> list[str]:
-        """The registered tools' names, in registration order."""
-        return list(self._tools)
+        """The offered tools' names: registration order, then the sources' tools."""
+        return list(self.current())
 
     def specs(self) -> list[dict[str, Any]]:
         """Provider-neutral tool descriptions: name, description and input schema."""
         return [
             {"name": t.name, "description": t.description, "input_schema": t.input_schema}
-            for t in self._tools.values()
+            for t in self.current().values()
         ]
 
     def bedrock_tool_config(self) -> dict[str, Any] | None:
         """The Bedrock Converse ``toolConfig``, or None when there are no tools."""
-        if not self._tools:
+        specs = self.specs()
+        if not specs:
             # Converse rejects an empty tool list, so the caller must leave toolConfig out.
             return None
         return {
@@ -208,7 +258,7 @@ class ToolExecutor:
                         "inputSchema": {"json": spec["input_schema"]},
                     }
                 }
-                for spec in self.specs()
+                for spec in specs
             ]
         }
 
@@ -226,9 +276,10 @@ class ToolExecutor:
                 duration_ms=(time.perf_counter() - started) * 1000.0,
             )
 
-        impl = self._tools.get(tool)
+        offered = self.current()
+        impl = offered.get(tool)
         if impl is None:
-            available = ", ".join(self._tools) or "(none)"
+            available = ", ".join(offered) or "(none)"
             return outcome(f"Unknown tool '{tool}'. Available tools: {available}", True)
         if not isinstance(input, dict):
             got = _JSON_TYPE_NAMES.get(type(input), type(input).__name__)

@@ -4,6 +4,8 @@ Routes:
 
 - ``POST /model/{modelId}/converse-stream``: answers as Bedrock does, per the scripted plan of
   :mod:`service.emulator.script`, paced by :class:`EmulatorConfig` (or per-request directives).
+- ``POST /v1/chat/completions``: the same plans as an OpenAI-compatible chat-completions stream
+  (SSE), rendered by :mod:`service.emulator.openai`; only ``"stream": true`` is served.
 - ``GET /_emulator/records``: JSON list of the recent :class:`RequestRecord` entries.
 
 :class:`EmbeddedEmulator` runs the app on its own thread with its own event loop, so that its
@@ -20,11 +22,14 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import Any
 
 from aiohttp import web
 
 from service.emulator.bedrock import encode_metadata, error_body, render_steps
 from service.emulator.eventstream import CONTENT_TYPE
+from service.emulator.openai import CONTENT_TYPE as SSE_CONTENT_TYPE
+from service.emulator.openai import bedrock_request, error_response, render_plan
 from service.emulator.records import DEFAULT_MAX_RECORDS, RecordStore, RequestRecord
 from service.emulator.script import (
     DEFAULT_ANSWER_TOKENS,
@@ -67,6 +72,7 @@ def create_emulator_app(config: EmulatorConfig | None = None) -> web.Application
     app[_STREAMS_KEY] = _StreamTasks()
     # ".+" because a model ARN holds "/" (sent as %2F), which a plain {modelId} would refuse.
     app.router.add_post("/model/{modelId:.+}/converse-stream", _converse_stream)
+    app.router.add_post("/v1/chat/completions", _chat_completions)
     app.router.add_get("/_emulator/records", _records)
     app.on_shutdown.append(_end_streams)
     return app
@@ -177,6 +183,122 @@ async def _stream(
     failure = next((s for s in plan.steps if isinstance(s, RaiseException)), None)
     if failure is not None:
         store.finish(record, "error", error_type=failure.exception_type)
+    else:
+        store.finish(record, "completed", stop_reason=plan.stop_reason)
+    return response
+
+
+async def _chat_completions(request: web.Request) -> web.StreamResponse:
+    """The OpenAI-compatible route: the request is planned as a ConverseStream one, then rendered."""
+    app = request.app
+    config = app[CONFIG_KEY]
+    store = app[RECORDS_KEY]
+    request_id = uuid.uuid4().hex
+
+    raw = await request.read()
+    body: Any = None
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        plan = Plan(http_error=HttpError(400, "ValidationException", "The request body is not valid JSON."))
+    else:
+        if isinstance(body, dict) and body.get("stream") is not True:
+            message = 'Only streaming is supported: send "stream": true.'
+            plan = Plan(http_error=HttpError(400, "ValidationException", message))
+        else:
+            plan = plan_response(bedrock_request(body), default_tokens=config.default_tokens)
+    model = body.get("model") if isinstance(body, dict) and isinstance(body.get("model"), str) else ""
+
+    record = store.open(model, plan.user_text)
+    if plan.http_error is not None:
+        status, headers, payload = error_response(plan.http_error)
+        headers["x-request-id"] = request_id
+        store.finish(record, "error", status=status, error_type=plan.http_error.error_type)
+        return web.Response(status=status, body=payload, headers=headers)
+
+    options = body.get("stream_options") if isinstance(body, dict) else None
+    include_usage = isinstance(options, dict) and options.get("include_usage") is True
+    streams = app[_STREAMS_KEY]
+    task = asyncio.current_task()
+    if task is not None:
+        streams.tasks.add(task)
+    try:
+        return await _stream_openai(
+            request, plan, record, config, store, request_id, model=model, include_usage=include_usage
+        )
+    except asyncio.CancelledError:
+        store.finish(record, "error" if streams.stopping else "client_closed")
+        raise
+    finally:
+        if task is not None:
+            streams.tasks.discard(task)
+
+
+async def _stream_openai(
+    request: web.Request,
+    plan: Plan,
+    record: RequestRecord,
+    config: EmulatorConfig,
+    store: RecordStore,
+    request_id: str,
+    *,
+    model: str,
+    include_usage: bool,
+) -> web.StreamResponse:
+    """Write the plan as SSE chunks, paced exactly as the Bedrock route paces its frames."""
+    rendering = render_plan(
+        plan,
+        completion_id=f"chatcmpl-{request_id}",
+        model=model,
+        created=int(time.time()),
+        include_usage=include_usage,
+    )
+    ttft_ms = plan.ttft_ms if plan.ttft_ms is not None else config.ttft_ms
+    tps = plan.tokens_per_second
+    if tps is None:
+        tps = config.tokens_per_second
+    interval = 1.0 / tps if tps > 0 else 0.0
+    loop = asyncio.get_running_loop()
+
+    response = web.StreamResponse(
+        status=200,
+        headers={"Content-Type": SSE_CONTENT_TYPE, "Cache-Control": "no-cache", "x-request-id": request_id},
+    )
+    response.enable_chunked_encoding()
+    try:
+        await response.prepare(request)
+        if ttft_ms > 0:
+            await asyncio.sleep(ttft_ms / 1000.0)
+        first_token_time: float | None = None
+        tokens = 0
+        for chunk in rendering.chunks:
+            if chunk.cut:
+                store.finish(record, "error", error_type=rendering.error_type)
+                # Dropped without the chunked body's terminator: the client sees a cut, not an end.
+                if request.transport is not None:
+                    request.transport.abort()
+                return response
+            if chunk.is_token:
+                if first_token_time is None:
+                    first_token_time = loop.time()
+                elif interval:
+                    delay = first_token_time + tokens * interval - loop.time()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+            await response.write(chunk.data)
+            if chunk.is_token:
+                tokens += 1
+                if tokens == 1:
+                    store.update(record, deltas_sent=1, first_token_at=time.monotonic())
+                else:
+                    store.update(record, deltas_sent=tokens)
+        await response.write_eof()
+    except OSError:
+        store.finish(record, "client_closed")
+        return response
+
+    if rendering.error_type is not None:
+        store.finish(record, "error", error_type=rendering.error_type)
     else:
         store.finish(record, "completed", stop_reason=plan.stop_reason)
     return response

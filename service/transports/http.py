@@ -225,6 +225,12 @@ async def healthz(request: web.Request) -> web.Response:
         since = float(request.query["lag_since"]) if "lag_since" in request.query else None
     except ValueError:
         raise json_error(400, "lag_since must be a number (a time.monotonic() reading)") from None
+    mcp: list[dict[str, Any]] = []
+    if services.settings.mcp_servers:
+        # Imported only when configured: the MCP SDK is a heavy import for a health probe.
+        from service.agent.mcp import mcp_status
+
+        mcp = mcp_status(services.tools)
     return web.json_response(
         {
             "status": "ok",
@@ -232,6 +238,8 @@ async def healthz(request: web.Request) -> web.Response:
             "runs_active": services.runs.active,
             "sessions": await services.sessions.count(),
             "loop_lag_ms": services.monitor.summary(since),
+            # Per MCP server: connected or not, and why; a server being down is not a failure.
+            "mcp": mcp,
         }
     )
 
