@@ -318,6 +318,8 @@ async def test_idle_socket_without_subscriptions_is_closed(make_client: ClientFa
     async with client.ws_connect("/ws") as ws:  # a subscribed socket is kept past the idle time
         await ws.send_json({"type": "subscribe", "session_id": session_id})
         await until(ws, lambda f: f["type"] == "status_change")
-        await ws.send_json({"type": "message", "session_id": session_id, "content": "later [emu:ttft=500] [emu:tokens=2]"})
+        await ws.send_json(
+            {"type": "message", "session_id": session_id, "content": "later [emu:ttft=500] [emu:tokens=2]"}
+        )
         frames = await until(ws, is_done)
         assert frames[-1]["type"] == "done"
