@@ -260,3 +260,34 @@ async def test_bedrock_provider_honours_boto3_endpoint_variable(
         assert events[-1]["type"] == "done"
         assert any(r.user_text.startswith("routed by the environment") for r in emulator.records())
         assert services_of(client).provider.region == "eu-west-1"
+
+
+async def test_the_tool_flow_is_the_same_on_every_provider(
+    make_client: ClientFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seed 001's square root gives the same agent-dialect events on emulator, bedrock and openai."""
+    from service.emulator import EmbeddedEmulator
+
+    def shape(events: list[dict]) -> list[tuple]:
+        return [
+            (e["type"], e.get("tool"), e.get("result"), e.get("turns"))
+            for e in events
+            if e["type"] != "tool_input_delta"  # fragments are cut differently per wire format
+        ]
+
+    seen = {}
+    seen["emulator"] = await stream_agent(await make_client(provider="emulator"), "What is the square root of 144?")
+    seen["openai"] = await stream_agent(
+        await make_client(provider="openai", openai_base_url="emulator"), "What is the square root of 144?"
+    )
+    with EmbeddedEmulator() as emulator:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_RUNTIME", emulator.url)
+        monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+        seen["bedrock"] = await stream_agent(await make_client(provider="bedrock"), "What is the square root of 144?")
+    texts = {name: "".join(e.get("text", "") for e in events if e["type"] == "text_delta") for name, events in seen.items()}
+    assert set(texts.values()) == {"The square root of 144 is 12."}
+    assert shape(seen["emulator"]) == shape(seen["openai"]) == shape(seen["bedrock"])
+    for events in seen.values():
+        assert "".join(e["delta"] for e in events if e["type"] == "tool_input_delta").replace(" ", "") == '{"expression":"sqrt(144)"}'
