@@ -20,57 +20,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-async def wait_until_up(url: str, timeout: float = 30.0) -> None:
-    """Poll ``url`` until it answers 200 (the process is starting; there is nothing else to wait on)."""
-    deadline = time.monotonic() + timeout
-    async with aiohttp.ClientSession() as session:
-        while True:
-            try:
-                async with session.get(url) as response:
-                    if response.status < 500:
-                        return
-            except aiohttp.ClientError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{url} did not come up within {timeout} s")
-            await asyncio.sleep(0.1)
-
-
-@contextmanager
-def process(args: list[str], env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
-    """Run a child process for the duration of the block."""
-    child = subprocess.Popen(args, env={**os.environ, **env}, cwd=ROOT, stdout=subprocess.DEVNULL)
-    try:
-        yield child
-    finally:
-        child.terminate()
-        try:
-            child.wait(10)
-        except subprocess.TimeoutExpired:
-            child.kill()
+# The helpers live in _benchlib.py, shared with bench_sessions.py; bench_fanout.py and bench_ws.py
+# import them from here, so the names stay importable from this module.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _benchlib import ROOT, free_port, percentile, process, wait_until_up  # noqa: E402, F401
 
 
 @dataclass
@@ -102,12 +64,6 @@ async def one_run(session: aiohttp.ClientSession, url: str, message: str) -> Run
     return RunTiming(message, started, first_event, time.monotonic(), events, last_type == "done")
 
 
-def percentile(values: list[float], q: float) -> float:
-    """The q-quantile (0..1) by nearest rank."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 async def bench(args: argparse.Namespace, extra_env: dict[str, str] | None = None) -> dict[str, object]:
     """Run the scenario (service settings ``extra_env`` added) and return the figures."""
     emulator_port, service_port = free_port(), free_port()
@@ -134,6 +90,10 @@ async def bench(args: argparse.Namespace, extra_env: dict[str, str] | None = Non
         "AWS_SECRET_ACCESS_KEY": "bench",
         **(extra_env or {}),
     }
+    if args.provider == "openai":
+        # The same emulator, over its OpenAI-compatible route, as Bedrock Access Gateway would be.
+        service_env["AGENT_PROVIDER"] = "openai"
+        service_env["AGENT_OPENAI_BASE_URL"] = emulator_url + "/v1"
     connector = aiohttp.TCPConnector(limit=0)
     with ExitStack() as stack:
         if args.attach:
@@ -176,6 +136,7 @@ async def bench(args: argparse.Namespace, extra_env: dict[str, str] | None = Non
         if record and record.get("first_token_at") and run.first_event:
             added.append((run.first_event - record["first_token_at"]) * 1000)
     return {
+        "provider": args.provider,
         "runs": args.runs,
         "tokens_per_run": args.tokens,
         "tokens_per_second": args.tps,
@@ -200,7 +161,7 @@ async def bench(args: argparse.Namespace, extra_env: dict[str, str] | None = Non
 def report(result: dict[str, object], title: str = "") -> None:
     """Print one scenario's figures for people."""
     print(
-        f"{title}{result['runs']} concurrent runs, {result['tokens_per_run']} tokens each at "
+        f"{title}{result['provider']} wire: {result['runs']} concurrent runs, {result['tokens_per_run']} tokens each at "
         f"{result['tokens_per_second']} tokens/s (TTFT {result['ttft_ms']} ms)"
     )
     print(f"  every run ended with done:  {result['all_done']}")
@@ -262,6 +223,8 @@ def main() -> None:
         metavar="ROUNDS",
         help="run ROUNDS times with the service's GC tuning off and on, and compare loop lag",
     )
+    parser.add_argument("--provider", choices=["bedrock", "openai"], default="bedrock",
+                        help="the wire the service reads the emulator over")
     parser.add_argument("--json", action="store_true", help="print JSON only")
     parser.add_argument(
         "--attach",

@@ -8,8 +8,9 @@ and this client; each scenario starts a fresh service.
 
 - live: 1,000 SSE subscribers on one session while the emulator streams 500 tokens at 50/s.
   Delivery latency = the client's clock at read minus the event's ``ts`` (when the service logged
-  it; one clock on one machine). To keep the client from being the bottleneck on two cores, 100
-  of the subscribers parse every event and the other 900 read and discard the bytes.
+  it; one clock on one machine). To keep the client from being the bottleneck on two cores, every
+  tenth subscriber (100 of them, spread over the connection order) parses every event and the
+  others read and discard the bytes.
 - idle: 10,000 SSE connections on sessions whose query waits for its first token; the service's
   resident memory per connection.
 - replay: a log of about 1,000 events replayed from the start to 100 subscribers, against a bare
@@ -34,7 +35,7 @@ from typing import Any
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_concurrency import free_port, percentile, process, wait_until_up  # noqa: E402
+from _benchlib import free_port, percentile, process, wait_until_up  # noqa: E402
 from bench_ws import cpu_seconds, fill_session, rss_bytes  # noqa: E402
 
 
@@ -110,7 +111,9 @@ async def live(args: argparse.Namespace) -> dict[str, Any]:
                     connected += 1
                     if connected == args.subscribers:
                         all_connected.set()
-                    if index >= args.parsed:
+                    # Every k-th subscriber parses, so the sample spans the whole connection
+                    # order: the service writes an event to its subscribers one after another.
+                    if index % max(1, args.subscribers // args.parsed):
                         while await response.content.readany():
                             pass
                         return 0
@@ -247,7 +250,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", choices=["live", "idle", "replay"], action="append")
     parser.add_argument("--subscribers", type=int, default=1000)
-    parser.add_argument("--parsed", type=int, default=100, help="live subscribers that parse every event")
+    parser.add_argument("--parsed", type=int, default=100, help="live subscribers that parse every event (spread evenly)")
     parser.add_argument("--tokens", type=int, default=500)
     parser.add_argument("--tps", type=float, default=50.0)
     parser.add_argument("--idle", type=int, default=10_000)

@@ -28,7 +28,7 @@ from typing import Any
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_concurrency import free_port, process, wait_until_up  # noqa: E402
+from _benchlib import free_port, process, wait_until_up  # noqa: E402
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
