@@ -58,6 +58,41 @@ class _StreamTasks:
     stopping: bool = False
 
 
+class _Pacer:
+    """Paces the tokens of one response and records how far it got."""
+
+    def __init__(self, interval: float, store: RecordStore, record: RequestRecord) -> None:
+        self.interval = interval
+        self.store = store
+        self.record = record
+        self.loop = asyncio.get_running_loop()
+        self.first: float | None = None
+        self.tokens = 0
+
+    async def wait(self, is_token: bool) -> None:
+        """Before a write: hold a token until its deadline."""
+        if not is_token:
+            return
+        if self.first is None:
+            self.first = self.loop.time()
+        elif self.interval:
+            # Deadlines from the first token, not sleeps between writes, so that a busy loop
+            # catches up instead of drifting slower than the asked rate.
+            delay = self.first + self.tokens * self.interval - self.loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+
+    def sent(self, is_token: bool) -> None:
+        """After a write: count a token."""
+        if not is_token:
+            return
+        self.tokens += 1
+        if self.tokens == 1:
+            self.store.update(self.record, deltas_sent=1, first_token_at=time.monotonic())
+        else:
+            self.store.update(self.record, deltas_sent=self.tokens)
+
+
 CONFIG_KEY = web.AppKey("emulator_config", EmulatorConfig)
 RECORDS_KEY = web.AppKey("emulator_records", RecordStore)
 _STREAMS_KEY = web.AppKey("emulator_streams", _StreamTasks)
@@ -141,7 +176,6 @@ async def _stream(
     if tps is None:
         tps = config.tokens_per_second
     interval = 1.0 / tps if tps > 0 else 0.0
-    loop = asyncio.get_running_loop()
 
     response = web.StreamResponse(
         status=200, headers={"Content-Type": CONTENT_TYPE, "x-amzn-RequestId": request_id}
@@ -151,29 +185,15 @@ async def _stream(
         await response.prepare(request)
         if ttft_ms > 0:
             await asyncio.sleep(ttft_ms / 1000.0)
-        first_token_time: float | None = None
-        tokens = 0
+        pacer = _Pacer(interval, store, record)
         for frame in frames:
             if frame.usage is not None:
                 latency_ms = int((time.monotonic() - record.started_at) * 1000)
                 await response.write(encode_metadata(frame.usage, latency_ms))
                 continue
-            if frame.is_token:
-                if first_token_time is None:
-                    first_token_time = loop.time()
-                elif interval:
-                    # Deadlines from the first token, not sleeps between writes, so that a
-                    # busy loop catches up instead of drifting slower than the asked rate.
-                    delay = first_token_time + tokens * interval - loop.time()
-                    if delay > 0:
-                        await asyncio.sleep(delay)
+            await pacer.wait(frame.is_token)
             await response.write(frame.data)
-            if frame.is_token:
-                tokens += 1
-                if tokens == 1:
-                    store.update(record, deltas_sent=1, first_token_at=time.monotonic())
-                else:
-                    store.update(record, deltas_sent=tokens)
+            pacer.sent(frame.is_token)
         await response.write_eof()
     except OSError:
         # aiohttp raises ConnectionResetError (an OSError) when writing to a closed client.
@@ -258,7 +278,6 @@ async def _stream_openai(
     if tps is None:
         tps = config.tokens_per_second
     interval = 1.0 / tps if tps > 0 else 0.0
-    loop = asyncio.get_running_loop()
 
     response = web.StreamResponse(
         status=200,
@@ -269,8 +288,7 @@ async def _stream_openai(
         await response.prepare(request)
         if ttft_ms > 0:
             await asyncio.sleep(ttft_ms / 1000.0)
-        first_token_time: float | None = None
-        tokens = 0
+        pacer = _Pacer(interval, store, record)
         for chunk in rendering.chunks:
             if chunk.cut:
                 store.finish(record, "error", error_type=rendering.error_type)
@@ -278,20 +296,9 @@ async def _stream_openai(
                 if request.transport is not None:
                     request.transport.abort()
                 return response
-            if chunk.is_token:
-                if first_token_time is None:
-                    first_token_time = loop.time()
-                elif interval:
-                    delay = first_token_time + tokens * interval - loop.time()
-                    if delay > 0:
-                        await asyncio.sleep(delay)
+            await pacer.wait(chunk.is_token)
             await response.write(chunk.data)
-            if chunk.is_token:
-                tokens += 1
-                if tokens == 1:
-                    store.update(record, deltas_sent=1, first_token_at=time.monotonic())
-                else:
-                    store.update(record, deltas_sent=tokens)
+            pacer.sent(chunk.is_token)
         await response.write_eof()
     except OSError:
         store.finish(record, "client_closed")
