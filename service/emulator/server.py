@@ -19,7 +19,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -147,12 +147,19 @@ async def _converse_stream(request: web.Request) -> web.StreamResponse:
         store.finish(record, "error", status=plan.http_error.status, error_type=plan.http_error.error_type)
         return web.Response(status=plan.http_error.status, body=payload, headers=headers)
 
+    return await _tracked(app, store, record, _stream(request, plan, record, config, store, request_id))
+
+
+async def _tracked(
+    app: web.Application, store: RecordStore, record: RequestRecord, streaming: Awaitable[web.StreamResponse]
+) -> web.StreamResponse:
+    """Run a streaming response where shutdown can find it; a cancel is recorded as who caused it."""
     streams = app[_STREAMS_KEY]
     task = asyncio.current_task()
     if task is not None:
         streams.tasks.add(task)
     try:
-        return await _stream(request, plan, record, config, store, request_id)
+        return await streaming
     except asyncio.CancelledError:
         store.finish(record, "error" if streams.stopping else "client_closed")
         raise
@@ -238,20 +245,14 @@ async def _chat_completions(request: web.Request) -> web.StreamResponse:
 
     options = body.get("stream_options") if isinstance(body, dict) else None
     include_usage = isinstance(options, dict) and options.get("include_usage") is True
-    streams = app[_STREAMS_KEY]
-    task = asyncio.current_task()
-    if task is not None:
-        streams.tasks.add(task)
-    try:
-        return await _stream_openai(
+    return await _tracked(
+        app,
+        store,
+        record,
+        _stream_openai(
             request, plan, record, config, store, request_id, model=model, include_usage=include_usage
-        )
-    except asyncio.CancelledError:
-        store.finish(record, "error" if streams.stopping else "client_closed")
-        raise
-    finally:
-        if task is not None:
-            streams.tasks.discard(task)
+        ),
+    )
 
 
 async def _stream_openai(

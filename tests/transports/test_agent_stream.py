@@ -276,7 +276,9 @@ async def test_the_tool_flow_is_the_same_on_every_provider(
         ]
 
     seen = {}
-    seen["emulator"] = await stream_agent(await make_client(provider="emulator"), "What is the square root of 144?")
+    seen["emulator"] = await stream_agent(
+        await make_client(provider="emulator"), "What is the square root of 144?"
+    )
     seen["openai"] = await stream_agent(
         await make_client(provider="openai", openai_base_url="emulator"), "What is the square root of 144?"
     )
@@ -285,9 +287,17 @@ async def test_the_tool_flow_is_the_same_on_every_provider(
         monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
         monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
         monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
-        seen["bedrock"] = await stream_agent(await make_client(provider="bedrock"), "What is the square root of 144?")
-    texts = {name: "".join(e.get("text", "") for e in events if e["type"] == "text_delta") for name, events in seen.items()}
+        seen["bedrock"] = await stream_agent(
+            await make_client(provider="bedrock"), "What is the square root of 144?"
+        )
+    texts = {
+        name: "".join(e.get("text", "") for e in events if e["type"] == "text_delta")
+        for name, events in seen.items()
+    }
     assert set(texts.values()) == {"The square root of 144 is 12."}
     assert shape(seen["emulator"]) == shape(seen["openai"]) == shape(seen["bedrock"])
     for events in seen.values():
-        assert "".join(e["delta"] for e in events if e["type"] == "tool_input_delta").replace(" ", "") == '{"expression":"sqrt(144)"}'
+        assert (
+            "".join(e["delta"] for e in events if e["type"] == "tool_input_delta").replace(" ", "")
+            == '{"expression":"sqrt(144)"}'
+        )
