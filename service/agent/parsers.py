@@ -312,14 +312,7 @@ class BedrockStreamParser:
     def _on_metadata(self, payload: dict[str, Any]) -> list[Event]:
         usage = payload.get("usage")
         if isinstance(usage, dict):
-            input_tokens = _as_int(usage.get("inputTokens")) or 0
-            output_tokens = _as_int(usage.get("outputTokens")) or 0
-            total = _as_int(usage.get("totalTokens"))
-            self.usage = Usage(
-                input_tokens=input_tokens,
-                output_tokens=output_tokens,
-                total_tokens=total if total is not None else input_tokens + output_tokens,
-            )
+            self.usage = _usage(usage, "inputTokens", "outputTokens", "totalTokens")
         metrics = payload.get("metrics")
         if isinstance(metrics, dict) and "latencyMs" in metrics:
             self.latency_ms = _as_int(metrics["latencyMs"])
@@ -391,6 +384,18 @@ def _block_index(payload: dict[str, Any]) -> int:
     """The payload's contentBlockIndex, 0 when missing or unusable."""
     index = _as_int(payload.get("contentBlockIndex"))
     return index if index is not None else 0
+
+
+def _usage(raw: dict[str, Any], input_key: str, output_key: str, total_key: str) -> Usage:
+    """Usage from a provider's own field names; a missing total is the sum."""
+    input_tokens = _as_int(raw.get(input_key)) or 0
+    output_tokens = _as_int(raw.get(output_key)) or 0
+    total = _as_int(raw.get(total_key))
+    return Usage(
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        total_tokens=total if total is not None else input_tokens + output_tokens,
+    )
 
 
 def _as_int(value: Any) -> int | None:
@@ -686,14 +691,7 @@ class OpenAIStreamParser:
         return emitted
 
     def _on_usage(self, usage: dict[str, Any]) -> None:
-        prompt = _as_int(usage.get("prompt_tokens")) or 0
-        completion = _as_int(usage.get("completion_tokens")) or 0
-        total = _as_int(usage.get("total_tokens"))
-        self.usage = Usage(
-            input_tokens=prompt,
-            output_tokens=completion,
-            total_tokens=total if total is not None else prompt + completion,
-        )
+        self.usage = _usage(usage, "prompt_tokens", "completion_tokens", "total_tokens")
 
     def _on_done(self) -> list[Event]:
         self.done = True
