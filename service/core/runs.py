@@ -221,15 +221,14 @@ class RunManager:
         event_log = session.log
         try:
             async for event in self._agent.run(session.messages, run.message, run.max_turns):
-                progress.observe(event)
-                if isinstance(event, TurnCompleted):
-                    session.usage = session.usage + event.usage
-                elif isinstance(event, PlanCreated):
-                    session.usage = session.usage + event.usage
                 if is_terminal(event):
                     await self._finish(run, event)
                     return
+                # Logged first, then counted: a snapshot never runs ahead of the log's last id.
                 await event_log.append(event)
+                progress.observe(event)
+                if isinstance(event, TurnCompleted | PlanCreated):
+                    session.usage = session.usage + event.usage
             await self._finish(
                 run, RunError(error="the agent stopped without a result", turns=progress.turns)
             )
