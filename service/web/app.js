@@ -194,6 +194,11 @@
 
   function resetView() {
     ui.transcript.replaceChildren();
+    resetState();
+  }
+
+  // Forget what was rendered: the next events build the view from scratch.
+  function resetState() {
     state.answer = null;
     state.tools.clear();
     state.lastEventId = 0;
@@ -701,14 +706,7 @@
   async function sessionLost() {
     teardown();
     ui.transcript.append(make("div", "divider", "The previous session ended; this is a new one."));
-    state.answer = null;
-    state.tools.clear();
-    state.lastEventId = 0;
-    state.serverLastId = 0;
-    state.running = false;
-    state.usageDone = { input: 0, output: 0, total: 0 };
-    state.usageRun = { input: 0, output: 0, total: 0 };
-    updateUsage();
+    resetState();
     await startNewSession();
   }
 
