@@ -128,7 +128,10 @@ def create_app(
         settings=settings,
         sessions=sessions,
         runs=RunManager(
-            agent, default_max_turns=settings.max_turns, max_concurrent=settings.max_concurrent_runs
+            agent,
+            store=sessions,
+            default_max_turns=settings.max_turns,
+            max_concurrent=settings.max_concurrent_runs,
         ),
         agent=agent,
         tools=executor,

@@ -9,7 +9,9 @@
      ├── SessionNotFound        no such session (or not the caller's)
      ├── RunInProgress          a session already runs a query
      ├── Overloaded             the instance runs as many queries as it may
-     └── SessionLimitReached    the instance holds as many sessions as it may
+     ├── SessionLimitReached    the instance holds as many sessions as it may
+     ├── StoreUnavailable       the shared store (Redis) cannot be reached
+     └── RunLost                a run's claim on its session expired (another instance ended it)
 
 Transports map these to HTTP statuses; the agent loop turns provider errors into ``error``
 events. Nothing here imports a transport or a provider.
@@ -59,3 +61,11 @@ class Overloaded(AgentStreamError):
 
 class SessionLimitReached(AgentStreamError):
     """The instance holds as many sessions as it is configured for."""
+
+
+class StoreUnavailable(AgentStreamError):
+    """The shared store (Redis) cannot be reached right now; the request may be retried."""
+
+
+class RunLost(AgentStreamError):
+    """A run no longer holds its session: its claim expired and the run was declared interrupted."""

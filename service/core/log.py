@@ -46,8 +46,13 @@ class EventLog(abc.ABC):
     """The interface every event log implements (see the module docstring for the contract)."""
 
     @abc.abstractmethod
-    async def append(self, event: Event) -> LogEntry:
-        """Store ``event`` under the next id and wake the subscribers."""
+    async def append(self, event: Event, *, fence: str | None = None) -> LogEntry:
+        """Store ``event`` under the next id and wake the subscribers.
+
+        ``fence`` is the claim of the run that writes (see ``SessionStore.claim_run``): a shared
+        log refuses the append with :class:`~service.errors.RunLost` once that claim has expired,
+        so a run another instance declared interrupted writes nothing more.
+        """
 
     @abc.abstractmethod
     async def read(self, after_id: int, limit: int | None = None, *, strict: bool = True) -> list[LogEntry]:
@@ -111,7 +116,7 @@ class MemoryEventLog(EventLog):
             return self._entries[self._start].id
         return self._last_id + 1
 
-    async def append(self, event: Event) -> LogEntry:
+    async def append(self, event: Event, *, fence: str | None = None) -> LogEntry:
         if self._closed:
             raise RuntimeError("event log is closed")
         self._last_id += 1

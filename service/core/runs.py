@@ -3,6 +3,10 @@
 The run manager knows the agent only through the :class:`Agent` protocol, so the core stays
 free of providers and tools. A run's log always ends the query with exactly one terminal
 event: the agent's ``done`` or ``error``, or one the manager writes on cancel or shutdown.
+
+A run first claims its session in the store (on Redis: a lock with an expiry, renewed while the
+run lives), so one query runs per session across instances; every append of the run carries
+that claim as a fence, and the conversation is kept when the run ends.
 """
 
 from __future__ import annotations
@@ -29,8 +33,8 @@ from service.core.events import (
     Usage,
     is_terminal,
 )
-from service.core.sessions import IDLE, RUNNING, Session
-from service.errors import Overloaded, RunInProgress
+from service.core.sessions import IDLE, RUNNING, Session, SessionStore
+from service.errors import Overloaded, RunInProgress, RunLost, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +97,7 @@ class Run:
     max_turns: int
     task: asyncio.Task[None] | None = None
     stop_reason: str | None = None
+    fence: str | None = None
     progress: _Progress = field(default_factory=_Progress)
 
     async def wait(self) -> None:
@@ -104,8 +109,16 @@ class Run:
 class RunManager:
     """Starts, cancels and tracks the runs of this instance."""
 
-    def __init__(self, agent: Agent, *, default_max_turns: int = 10, max_concurrent: int = 256) -> None:
+    def __init__(
+        self,
+        agent: Agent,
+        *,
+        store: SessionStore | None = None,
+        default_max_turns: int = 10,
+        max_concurrent: int = 256,
+    ) -> None:
         self._agent = agent
+        self._store = store
         self._default_max_turns = default_max_turns
         self._max_concurrent = max_concurrent
         self._runs: dict[str, Run] = {}
@@ -122,8 +135,12 @@ class RunManager:
         await self._idle.wait()
 
     def get(self, session_id: str) -> Run | None:
-        """The run in flight for that session, if any."""
+        """The run in flight on this instance for that session, if any."""
         return self._runs.get(session_id)
+
+    def claims(self) -> list[tuple[str, str]]:
+        """``(session id, fence)`` of every local run holding a shared claim, to renew them."""
+        return [(run.session.id, run.fence) for run in self._runs.values() if run.fence is not None]
 
     async def start(self, session: Session, message: str, max_turns: int | None = None) -> Run:
         """Start a query on ``session``; :class:`RunInProgress` if one runs already."""
@@ -139,24 +156,55 @@ class RunManager:
         )
         self._runs[session.id] = run
         self._idle.clear()
-        session.status = RUNNING
-        session.touch()
-        await session.log.append(RunStarted(run_id=run.id, message=message, max_turns=run.max_turns))
-        await session.log.append(StatusChange(status=RUNNING))
+        try:
+            if self._store is not None:
+                run.fence = await self._store.claim_run(session, run.id)
+            session.status = RUNNING
+            session.run_id, session.run_message = run.id, message
+            session.touch()
+            started = await session.log.append(
+                RunStarted(run_id=run.id, message=message, max_turns=run.max_turns), fence=run.fence
+            )
+            session.run_start_id = started.id
+            await session.log.append(StatusChange(status=RUNNING), fence=run.fence)
+        except BaseException:
+            # Claimed by someone else, or the store failed: nothing runs, nothing is held here.
+            self._forget(run)
+            if run.fence is not None:
+                with _suppress_store_errors(run):
+                    await self._store_finish(run, [])
+            raise
         run.task = asyncio.create_task(self._drive(run), name=f"run-{session.id}")
         return run
 
-    def snapshot(self, session: Session) -> dict[str, Any]:
+    def _forget(self, run: Run) -> None:
+        if self._runs.get(run.session.id) is run:
+            del self._runs[run.session.id]
+        if not self._runs:
+            self._idle.set()
+
+    async def snapshot(self, session: Session) -> dict[str, Any]:
         """What a client needs to rebuild its view without the events: the conversation so far,
-        the running query's text and finished tool calls with their results, and the usage."""
+        the running query's text and finished tool calls with their results, and the usage.
+
+        A query running on another instance is summed up from its events in the shared log.
+        """
         run = self._runs.get(session.id)
         current = None
+        progress: _Progress | None = None
+        message = ""
         if run is not None:
+            progress, message = run.progress, run.message
+        elif session.status == RUNNING and session.run_start_id:
+            progress, message = _Progress(), session.run_message
+            for entry in await session.log.read(session.run_start_id, strict=False):
+                progress.observe(entry.event)
+        if progress is not None:
             current = {
-                "message": run.message,
-                "text": run.progress.text,
-                "tool_calls": [call.model_dump() for call in run.progress.tool_calls],
-                "usage": run.progress.usage.model_dump(),
+                "message": message,
+                "text": progress.text,
+                "tool_calls": [call.model_dump() for call in progress.tool_calls],
+                "usage": progress.usage.model_dump(),
             }
         return {
             "status": session.status,
@@ -166,9 +214,14 @@ class RunManager:
         }
 
     async def cancel(self, session_id: str, reason: str = CANCELLED) -> bool:
-        """Cancel the session's query; the log gets its terminal event. False if none ran."""
+        """Cancel the session's query wherever it runs; once this returns, the log holds its
+        terminal event. False if none ran."""
         run = self._runs.get(session_id)
-        if run is None or run.task is None:
+        if run is None:
+            if self._store is not None:
+                return await self._store.cancel_elsewhere(session_id)
+            return False
+        if run.task is None:
             return False
         run.stop_reason = run.stop_reason or reason
         run.task.cancel()
@@ -207,7 +260,7 @@ class RunManager:
                 usage=progress.usage,
             )
         if not run.session.log.closed:
-            await run.session.log.append(StatusChange(status=CANCELLED))
+            await run.session.log.append(StatusChange(status=CANCELLED), fence=run.fence)
         return RunDone(
             turns=progress.turns,
             tool_calls=progress.tool_calls,
@@ -225,7 +278,7 @@ class RunManager:
                     await self._finish(run, event)
                     return
                 # Logged first, then counted: a snapshot never runs ahead of the log's last id.
-                await event_log.append(event)
+                await event_log.append(event, fence=run.fence)
                 progress.observe(event)
                 if isinstance(event, TurnCompleted | PlanCreated):
                     session.usage = session.usage + event.usage
@@ -236,7 +289,15 @@ class RunManager:
             current = asyncio.current_task()
             if current is not None:
                 current.uncancel()
-            await self._finish(run, await self._stopped(run))
+            try:
+                stopped = await self._stopped(run)
+            except (RunLost, StoreUnavailable) as exc:
+                stopped = RunError(error=str(exc) or "the store failed", code="internal_error")
+            await self._finish(run, stopped)
+        except RunLost:
+            # Another instance saw the claim expire and ended the query as interrupted.
+            log.warning("run %s of session %s lost its claim; stopped", run.id, session.id)
+            self._forget(run)
         except Exception:
             log.exception("run %s of session %s failed", run.id, session.id)
             await self._finish(
@@ -247,11 +308,35 @@ class RunManager:
         # Free the session before the terminal event is seen, so a client that reads `done`
         # may start its next query at once without a 409.
         session = run.session
-        self._runs.pop(session.id, None)
-        if not self._runs:
-            self._idle.set()
+        self._forget(run)
         session.status = IDLE
+        session.run_id, session.run_message, session.run_start_id = "", "", 0
         session.touch()
-        if not session.log.closed:
-            await session.log.append(StatusChange(status=IDLE))
-            await session.log.append(terminal)
+        with _suppress_store_errors(run):
+            await self._store_finish(run, [StatusChange(status=IDLE), terminal])
+
+    async def _store_finish(self, run: Run, events: list[Event]) -> None:
+        if self._store is not None:
+            await self._store.finish_run(run.session, run.fence, events)
+            return
+        for event in events:
+            if run.session.log.closed:
+                return
+            await run.session.log.append(event)
+
+
+class _suppress_store_errors:
+    """Log, rather than raise, a store failure while a run ends: its claim then expires and
+    watchers are told the query was interrupted."""
+
+    def __init__(self, run: Run) -> None:
+        self._run = run
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
+        if isinstance(exc, RunLost | StoreUnavailable):
+            log.warning("run %s of session %s could not end cleanly: %s", self._run.id, self._run.session.id, exc)
+            return True
+        return False

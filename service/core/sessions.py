@@ -1,8 +1,10 @@
 """Sessions: a conversation, its event log and its status.
 
 Every run belongs to a session; ``POST /agent/stream`` uses a short-lived (ephemeral) one, so
-there is one path for all. The store is an interface with an in-memory default; a Redis store
-fits behind it later.
+there is one path for all. The store is an interface with two implementations: in this
+process's memory (:class:`MemorySessionStore`) and on Redis, shared by several instances
+(:mod:`service.store.redis`). Besides keeping sessions, a store is where a run claims its
+session, so that one query runs per session however many instances serve it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.core.events import Usage
+from service.core.events import Event, Usage
 from service.core.log import EventLog, MemoryEventLog
 from service.errors import SessionLimitReached, SessionNotFound
 
@@ -35,6 +37,10 @@ class Session:
     usage: Usage = field(default_factory=Usage)
     created_at: float = field(default_factory=time.time)
     last_active: float = field(default_factory=time.monotonic)
+    # The query in flight, on whichever instance runs it ("" and 0 while idle).
+    run_id: str = ""
+    run_message: str = ""
+    run_start_id: int = 0
 
     def touch(self) -> None:
         """Note activity, for the idle time-to-live."""
@@ -76,6 +82,29 @@ class SessionStore(abc.ABC):
     @abc.abstractmethod
     async def expire_idle(self, now: float | None = None) -> list[str]:
         """Drop sessions idle past the time-to-live; returns their ids."""
+
+    # -- run coordination: the defaults suit a store that one process owns ------------------
+
+    async def claim_run(self, session: Session, run_id: str) -> str | None:
+        """Make ``run_id`` the session's one running query.
+
+        Returns the fence its appends must carry (``None`` where the store needs none), or
+        raises :class:`~service.errors.RunInProgress` when another instance runs one. In one
+        process the run manager's own table is the claim, so there is nothing to do here.
+        """
+        return None
+
+    async def finish_run(self, session: Session, fence: str | None, events: list[Event]) -> None:
+        """End the run in one step: keep the conversation and usage, append ``events`` (the
+        status change and the terminal event), and give up the claim."""
+        for event in events:
+            if session.log.closed:
+                return
+            await session.log.append(event)
+
+    async def cancel_elsewhere(self, session_id: str) -> bool:
+        """Ask the instance running the session's query to cancel it; False when none runs."""
+        return False
 
 
 class MemorySessionStore(SessionStore):

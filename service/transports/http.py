@@ -19,7 +19,14 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from service.app import SERVICES, Services
 from service.core.events import Event, RunDone, RunError, TextDelta, is_terminal
 from service.core.sessions import Session
-from service.errors import EventsPurged, Overloaded, RunInProgress, SessionLimitReached, SessionNotFound
+from service.errors import (
+    EventsPurged,
+    Overloaded,
+    RunInProgress,
+    SessionLimitReached,
+    SessionNotFound,
+    StoreUnavailable,
+)
 from service.transports import dialects
 from service.transports.auth import owner_of
 
@@ -83,6 +90,7 @@ _DOMAIN_ERRORS: dict[type[Exception], tuple[int, str]] = {
     RunInProgress: (409, "a query is already running in this session"),
     Overloaded: (503, "the service is at its limit of concurrent queries; try again shortly"),
     SessionLimitReached: (503, "the service holds as many sessions as it may; delete one or try again later"),
+    StoreUnavailable: (503, "session storage (Redis) is unavailable; try again shortly"),
 }
 
 
@@ -105,7 +113,8 @@ async def error_middleware(
         return error_response(410, str(exc), oldest_id=exc.oldest_id)
     except tuple(_DOMAIN_ERRORS) as exc:
         status, message = _DOMAIN_ERRORS[type(exc)]
-        response = error_response(status, message)
+        extra = {"code": "store_unavailable"} if isinstance(exc, StoreUnavailable) else {}
+        response = error_response(status, message, **extra)
         if status == 503:
             response.headers["Retry-After"] = "1"
         return response

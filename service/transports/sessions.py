@@ -56,7 +56,7 @@ async def purged_body(services: Services, session: Session, after_id: int, oldes
         "error": f"events after id {after_id} were purged; the oldest kept is {oldest_id}",
         "oldest_id": oldest_id,
         "last_id": await session.log.last_id(),
-        "snapshot": dialects.jsonable(services.runs.snapshot(session)),
+        "snapshot": dialects.jsonable(await services.runs.snapshot(session)),
     }
 
 
@@ -132,7 +132,7 @@ async def poll_events(request: web.Request) -> web.Response:
     }
     if body["purged"]:
         # Polling starts at the oldest kept event and says so, with what was lost summed up.
-        body["snapshot"] = dialects.jsonable(services.runs.snapshot(session))
+        body["snapshot"] = dialects.jsonable(await services.runs.snapshot(session))
     return web.json_response(body, dumps=dialects.dumps)
 
 

@@ -21,9 +21,9 @@ from aiohttp import web
 from aiohttp_sse import EventSourceResponse, sse_response
 
 from service.app import SERVICES, Services
-from service.core.events import RunError, is_terminal
-from service.core.sessions import Session
-from service.errors import EventsPurged
+from service.core.events import RunError, StatusChange, is_terminal
+from service.core.sessions import RUNNING, Session
+from service.errors import EventsPurged, StoreUnavailable
 from service.transports import dialects
 from service.transports.auth import owner_of
 from service.transports.http import (
@@ -94,7 +94,7 @@ async def session_events(request: web.Request) -> web.StreamResponse:
     after = _last_event_id(request)
     log = session.log
     last = await log.last_id()
-    running = services.runs.get(session.id) is not None
+    running = session.status == RUNNING
     if after is not None:
         if after > last:
             raise json_error(400, f"Last-Event-ID {after} is ahead of the session's last event id {last}")
@@ -134,10 +134,13 @@ async def _follow(
     settings = services.settings
     subscription = log.subscribe(after, idle_timeout=settings.heartbeat_interval_s)
     last_sent = after
+    # The status as of the last event sent: on a shared store the session object is a copy
+    # read when the request came, and the log's status changes are what keep it current.
+    status = session.status
     try:
         async for batch in subscription:
             if not batch:
-                heartbeat = {"type": "heartbeat", "last_id": await log.last_id(), "status": session.status}
+                heartbeat = {"type": "heartbeat", "last_id": last_sent, "status": status}
                 await response.send(encode(heartbeat), event="heartbeat", retry=retry)
                 retry = None
                 continue
@@ -151,6 +154,9 @@ async def _follow(
                     await response.send(data, id=str(entry.id), event=name, retry=retry)
                     retry = None
             last_sent = batch[-1].id
+            for entry in batch:
+                if isinstance(entry.event, StatusChange):
+                    status = entry.event.status
             if is_terminal(batch[-1].event) and last_sent == await log.last_id():
                 return
     except EventsPurged as exc:
@@ -163,6 +169,17 @@ async def _follow(
             "recoverable": True,
             "last_id": last_sent,
             "oldest_id": exc.oldest_id,
+        }
+        await response.send(encode(error), event="error")
+    except StoreUnavailable as exc:
+        # The shared store went away: say so and end the stream; the client resumes from its
+        # last id (it gets a 503 until the store is back).
+        error = {
+            "type": "error",
+            "message": str(exc) or "session storage is unavailable",
+            "code": "store_unavailable",
+            "recoverable": True,
+            "last_id": last_sent,
         }
         await response.send(encode(error), event="error")
     finally:

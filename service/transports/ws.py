@@ -22,7 +22,14 @@ from aiohttp import WSCloseCode, WSMsgType, web
 
 from service.app import SERVICES, Services
 from service.core.sessions import Session
-from service.errors import EventsPurged, Overloaded, RunInProgress, SessionLimitReached, SessionNotFound
+from service.errors import (
+    EventsPurged,
+    Overloaded,
+    RunInProgress,
+    SessionLimitReached,
+    SessionNotFound,
+    StoreUnavailable,
+)
 from service.transports import dialects
 from service.transports.auth import origin_allowed, owner_of
 
@@ -317,6 +324,16 @@ class Connection:
                     "code": "events_purged",
                     "session_id": session_id,
                     "oldest_id": exc.oldest_id,
+                }
+            )
+        except StoreUnavailable as exc:
+            await self.emit_json(
+                {
+                    "type": "error",
+                    "error": str(exc) or "session storage is unavailable",
+                    "code": "store_unavailable",
+                    "session_id": session_id,
+                    "last_id": self.cursors.get(session_id, after),
                 }
             )
         except _TooSlow:
