@@ -337,6 +337,8 @@ class _suppress_store_errors:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
         if isinstance(exc, RunLost | StoreUnavailable):
-            log.warning("run %s of session %s could not end cleanly: %s", self._run.id, self._run.session.id, exc)
+            log.warning(
+                "run %s of session %s could not end cleanly: %s", self._run.id, self._run.session.id, exc
+            )
             return True
         return False
