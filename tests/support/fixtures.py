@@ -1,0 +1,73 @@
+"""Fixtures for tests against a real Redis and service processes.
+
+Load with ``pytest_plugins = ["tests.support.fixtures"]`` (in the top conftest or a test module).
+
+- ``redis_url`` (session): the Redis on 127.0.0.1:6379 when it answers, else one redis-server
+  started for the run. Without either: a failure when ``CI=true``, a skip elsewhere.
+- ``own_redis``: a private :class:`RedisServer` for one test, to restart or kill at will.
+- ``redis_prefix``: a unique key prefix for one test; its keys are deleted from ``redis_url``
+  afterwards.
+- ``service_process``: ``await service_process(env)`` starts ``python -m service`` and returns
+  the :class:`ServiceProcess` once it listens; every one still running is terminated afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any
+from uuid import uuid4
+
+import pytest
+
+from tests.support.instances import EnvValue, ServiceFactory, ServiceProcess
+from tests.support.redis_server import (
+    RedisServer,
+    RedisUnavailable,
+    delete_prefix,
+    redis_unavailable,
+    redis_url_for_tests,
+    require_redis_server,
+    stop_session_redis,
+)
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """A Redis URL shared by the whole run (see :func:`redis_url_for_tests`)."""
+    try:
+        url = redis_url_for_tests()
+    except RedisUnavailable as error:
+        redis_unavailable(str(error))
+    yield url
+    stop_session_redis()
+
+
+@pytest.fixture
+def own_redis() -> Iterator[RedisServer]:
+    """A redis-server of this test's own (free port, temp dir, AOF fsynced always), removed afterwards."""
+    require_redis_server()
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture
+def redis_prefix(redis_url: str) -> Iterator[str]:
+    """A key prefix no other test uses; the keys under it are UNLINKed from ``redis_url`` afterwards."""
+    prefix = f"t{uuid4().hex[:12]}"
+    yield prefix
+    delete_prefix(redis_url, prefix)
+
+
+@pytest.fixture
+async def service_process() -> AsyncIterator[ServiceFactory]:
+    """``await service_process(env=None, *, port=None, args=(), ready_timeout=30)``: a started ServiceProcess."""
+    started: list[ServiceProcess] = []
+
+    async def start(env: Mapping[str, EnvValue] | None = None, **options: Any) -> ServiceProcess:
+        process = ServiceProcess(env, **options)
+        started.append(process)
+        return await process.astart()
+
+    yield start
+    await asyncio.gather(*(process.aterminate() for process in started))
