@@ -40,6 +40,7 @@ class Services:
     monitor: LoopLagMonitor
     provider: ModelProvider | None = None
     emulator: Any = None
+    backend: Any = None  # the Redis backend when AGENT_REDIS_URL is set
 
 
 SERVICES = web.AppKey("services", Services)
@@ -119,11 +120,22 @@ def create_app(
         backoff_s=settings.throttle_backoff_s,
         planning=settings.steps_planning,
     )
-    sessions = MemorySessionStore(
-        lambda: MemoryEventLog(settings.session_events_max_bytes),
-        max_sessions=settings.max_sessions,
-        ttl_s=settings.session_ttl_s,
-    )
+
+    def memory_store() -> MemorySessionStore:
+        return MemorySessionStore(
+            lambda: MemoryEventLog(settings.session_events_max_bytes),
+            max_sessions=settings.max_sessions,
+            ttl_s=settings.session_ttl_s,
+        )
+
+    backend = None
+    sessions: SessionStore
+    if settings.redis_url:
+        from service.store.redis import make_store
+
+        backend, sessions = make_store(settings, memory_store)
+    else:
+        sessions = memory_store()
     services = Services(
         settings=settings,
         sessions=sessions,
@@ -136,6 +148,7 @@ def create_app(
         agent=agent,
         tools=executor,
         monitor=LoopLagMonitor(),
+        backend=backend,
     )
 
     app = web.Application(
@@ -174,6 +187,8 @@ def create_app(
             )
             executor.add_source(mcp_tools)
             await mcp_tools.start()
+        if backend is not None:
+            await backend.start(services.runs)
         reaper = asyncio.create_task(
             _expire_sessions(sessions, settings.session_ttl_s), name="session-reaper"
         )
@@ -185,6 +200,8 @@ def create_app(
                 await mcp_tools.stop()
             reaper.cancel()
             await asyncio.gather(reaper, return_exceptions=True)
+            if backend is not None:
+                await backend.stop()
             await services.monitor.stop()
             await made.close()
             if emulator is not None:

@@ -33,6 +33,9 @@ class Settings(BaseSettings):
     openai_api_key: str = ""
     session_events_max_bytes: int = Field(10 * 1024 * 1024, ge=1024)
     redis_url: str = ""
+    redis_prefix: str = Field("agentstream", min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$")
+    redis_lock_ttl_s: float = Field(10.0, ge=0.2, le=600)
+    instance_id: str = Field("", pattern=r"^[A-Za-z0-9_.-]*$")
     api_keys: CommaList = Field(default_factory=list)
     allowed_origins: CommaList = Field(default_factory=list)
     mcp_servers: CommaList = Field(default_factory=list)

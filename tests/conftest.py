@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -14,6 +16,9 @@ from aiohttp.test_utils import TestClient
 from service.agent.tools import FunctionTool, Tool
 from service.app import SERVICES, create_app
 from service.config import Settings
+
+# With AGENT_TEST_REDIS_URL set, every service the tests start keeps its sessions on that Redis.
+SUITE_REDIS_URL = os.environ.get("AGENT_TEST_REDIS_URL", "")
 
 TEST_SETTINGS: dict[str, Any] = {
     "provider": "emulator",
@@ -64,7 +69,11 @@ async def make_client(aiohttp_client: Any) -> ClientFactory:
     """Start the service (embedded emulator) with settings overrides; returns its test client."""
 
     async def make(**overrides: Any) -> TestClient:
-        settings = Settings(**{**TEST_SETTINGS, **overrides})
+        shared = {}
+        if SUITE_REDIS_URL:
+            # The whole suite on Redis: each service gets keys of its own under a fresh prefix.
+            shared = {"redis_url": SUITE_REDIS_URL, "redis_prefix": f"t{uuid.uuid4().hex[:12]}"}
+        settings = Settings(**{**TEST_SETTINGS, **shared, **overrides})
         return await aiohttp_client(create_app(settings, tools=test_tools()))
 
     return make

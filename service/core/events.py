@@ -198,6 +198,8 @@ Event = Annotated[
     | ToolExecuting
     | ToolResult
     | TurnCompleted
+    | PlanCreated
+    | StepCompleted
     | RunDone
     | RunError
     | StatusChange,

@@ -77,6 +77,10 @@ class EventLog(abc.ABC):
         """The id of the oldest event kept (``last_id() + 1`` when none is kept)."""
 
     @abc.abstractmethod
+    async def kept_bytes(self) -> int:
+        """The size of the kept events (their JSON), which the log keeps under its bound."""
+
+    @abc.abstractmethod
     async def close(self) -> None:
         """No more appends; subscribers end after reading what is kept."""
 
@@ -189,6 +193,9 @@ class MemoryEventLog(EventLog):
 
     async def last_id(self) -> int:
         return self._last_id
+
+    async def kept_bytes(self) -> int:
+        return self._bytes
 
     async def first_id(self) -> int:
         return self._first_id()

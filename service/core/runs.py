@@ -157,10 +157,11 @@ class RunManager:
         self._runs[session.id] = run
         self._idle.clear()
         try:
+            session.run_message = message
             if self._store is not None:
                 run.fence = await self._store.claim_run(session, run.id)
             session.status = RUNNING
-            session.run_id, session.run_message = run.id, message
+            session.run_id = run.id
             session.touch()
             started = await session.log.append(
                 RunStarted(run_id=run.id, message=message, max_turns=run.max_turns), fence=run.fence

@@ -240,16 +240,29 @@ async def healthz(request: web.Request) -> web.Response:
         from service.agent.mcp import mcp_status
 
         mcp = mcp_status(services.tools)
+    store: dict[str, Any] = {"kind": "memory", "connected": True}
+    sessions: int | None = None
+    backend = services.backend
+    if backend is not None:
+        store = {"kind": "redis", "instance_id": backend.instance_id, "connected": await backend.ping()}
+    try:
+        sessions = await services.sessions.count()
+    except StoreUnavailable:
+        store["connected"] = False
+    healthy = store["connected"]
     return web.json_response(
         {
-            "status": "ok",
+            "status": "ok" if healthy else "degraded",
             "provider": services.settings.provider,
             "runs_active": services.runs.active,
-            "sessions": await services.sessions.count(),
+            "sessions": sessions,
+            # Redis when the service is scaled out; without it no new work can be taken (503).
+            "store": store,
             "loop_lag_ms": services.monitor.summary(since),
             # Per MCP server: connected or not, and why; a server being down is not a failure.
             "mcp": mcp,
-        }
+        },
+        status=200 if healthy else 503,
     )
 
 

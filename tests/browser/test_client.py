@@ -55,7 +55,8 @@ async def test_reload_mid_answer_resumes_without_repeating_text(
     )
     session_id = await page.evaluate("window.agentstream.sessionId")
     await page.reload()
-    assert await page.evaluate("window.agentstream.sessionId") == session_id
+    # The page adopts the session from its URL once the server has confirmed it exists.
+    await page.wait_for_function("(id) => window.agentstream.sessionId === id", arg=session_id)
     answer = page.locator('.answer[data-done="true"]')
     await answer.wait_for(timeout=20_000)
     session = await served.app[SERVICES].sessions.get(session_id)

@@ -111,3 +111,27 @@ def test_events_round_trip_through_json() -> None:
     event = RunDone(turns=2, truncated=True)
     again = EVENT_ADAPTER.validate_json(event.model_dump_json())
     assert again == event
+
+
+def test_every_event_class_survives_a_round_trip_through_json() -> None:
+    """A log kept outside the process (Redis) rebuilds each event from its JSON alone."""
+    import inspect
+
+    from service.core import events as module
+
+    classes = [
+        cls
+        for _, cls in inspect.getmembers(module, inspect.isclass)
+        if issubclass(cls, module._Event) and cls is not module._Event
+    ]
+    assert len(classes) >= 14
+    for cls in classes:
+        required = {name: field for name, field in cls.model_fields.items() if field.is_required()}
+        samples = {"str": "x", "int": 1, "float": 1.0, "bool": True}
+        values = {}
+        for name, field in required.items():
+            annotation = str(field.annotation)
+            kind = next((k for k in samples if k in annotation), None)
+            values[name] = samples[kind] if kind else {}
+        event = cls(**values)
+        assert module.EVENT_ADAPTER.validate_json(event.model_dump_json()) == event, cls

@@ -7,9 +7,10 @@ import time
 from typing import Any
 
 import aiohttp
+import pytest
 from aiohttp.test_utils import TestClient
 
-from tests.conftest import SESSION_ROUTES, ClientFactory, services_of, sse_events
+from tests.conftest import SESSION_ROUTES, SUITE_REDIS_URL, ClientFactory, services_of, sse_events
 
 
 async def new_session(client: TestClient) -> str:
@@ -289,7 +290,7 @@ async def test_cancel_is_seen_by_every_subscriber(client: TestClient) -> None:
         done = events[-1]["data"]
         assert done["cancelled"] is True and done["usage"]["total_tokens"] > 0 and done["turns"] == 1
         assert done["tool_calls"][0]["result"] == "12"
-    assert session.status == "idle"
+    assert (await services_of(client).sessions.get(session_id)).status == "idle"
     await send(client, session_id, "still usable [emu:tokens=2]")
 
 
@@ -354,7 +355,7 @@ async def test_a_stalled_reader_does_not_hold_up_the_run(make_client: ClientFact
     assert normal[-1]["data"]["type"] == "done"
     session = await services_of(client).sessions.get(session_id)
     assert session.status == "idle"  # the run finished while one reader never read a byte
-    assert session.log.size_bytes <= 65536
+    assert 0 < await session.log.kept_bytes() <= 65536 and await session.log.first_id() > 1
     writer.close()
 
 
@@ -370,11 +371,13 @@ async def test_subscriptions_are_released_when_clients_leave(client: TestClient)
         response.close()
     # the handler is cancelled and its subscription closed
     await asyncio.wait_for(session.log.wait_subscribers(0), 5)
-    assert session.status == "running"  # a disconnect never cancels a session's query
+    # a disconnect never cancels a session's query
+    assert (await services_of(client).sessions.get(session_id)).status == "running"
     async with client.post(f"/sessions/{session_id}/cancel") as cancel:
         assert cancel.status == 202
 
 
+@pytest.mark.skipif(bool(SUITE_REDIS_URL), reason="Redis expires sessions by its own clock (tests/cluster)")
 async def test_session_cap_and_idle_time_to_live(make_client: ClientFactory) -> None:
     client = await make_client(max_sessions=2, session_ttl_s=60)
     first = await new_session(client)

@@ -1,0 +1,768 @@
+"""Sessions, event logs and run claims on Redis, shared by every instance of the service.
+
+- Each session's event log is a Redis Stream whose entry ids are the events' integer ids
+  (``<n>-0``), so ids are exact and the same on every instance; appends go through one Lua
+  script that also keeps the log under its byte bound (see :mod:`service.store.scripts`).
+- Each instance runs **one** reader (:class:`Fanout`): a blocking ``XREAD`` over the logs its
+  clients follow, decoding each new entry once and waking the local subscribers, which read
+  from a shared in-memory tail (or from Redis when they are further behind).
+- A run claims its session with a key that expires (``AGENT_REDIS_LOCK_TTL_S``) and is renewed
+  while the run lives; every append of the run checks the claim (a fence). When an instance
+  dies, its claims expire; the instances following that session (or the next one to load it)
+  end the query with an ``error`` event coded ``interrupted``.
+- A cancel for a query running elsewhere is published to the owning instance's channel.
+- When Redis cannot be reached, calls raise :class:`~service.errors.StoreUnavailable` (a 503
+  for new work) and open subscriptions end with it; the clients resume with their last id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import os
+import secrets
+import socket
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from service.core.events import EVENT_ADAPTER, Event, RunError, StatusChange, Usage, is_terminal
+from service.core.log import EventLog, LogEntry
+from service.core.sessions import IDLE, RUNNING, MemorySessionStore, Session, SessionStore, new_session_id
+from service.errors import RunInProgress, RunLost, SessionLimitReached, SessionNotFound, StoreUnavailable
+from service.store import scripts
+
+if TYPE_CHECKING:
+    from service.core.runs import RunManager
+
+log = logging.getLogger(__name__)
+
+INTERRUPTED_MESSAGE = "the query was interrupted: the instance running it stopped"
+_INTERRUPTED_STATUS = StatusChange(status=IDLE).model_dump_json()
+_INTERRUPTED_ERROR = RunError(
+    error=INTERRUPTED_MESSAGE, code="interrupted", recoverable=True
+).model_dump_json()
+# Decoded entries each instance keeps per followed log, shared by its subscribers.
+TAIL_ENTRIES = 4096
+READ_BATCH = 1000
+
+
+def _unavailable(exc: BaseException) -> StoreUnavailable:
+    return StoreUnavailable(f"session storage (Redis) is unavailable: {exc}")
+
+
+@contextlib.contextmanager
+def _store_errors() -> Iterator[None]:
+    """Turn Redis's connection failures into :class:`StoreUnavailable`."""
+    try:
+        yield
+    except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+        raise _unavailable(exc) from exc
+
+
+def _entry_id(stream_id: str) -> int:
+    return int(stream_id.partition("-")[0])
+
+
+def _decode(stream_id: str, fields: dict[str, str]) -> LogEntry | None:
+    """A stream entry as a log entry; ``None`` for the mark of a deleted session."""
+    if "c" in fields:
+        return None
+    raw = fields["e"]
+    return LogEntry(
+        _entry_id(stream_id), EVENT_ADAPTER.validate_json(raw), int(fields["n"]), float(fields["t"])
+    )
+
+
+class RedisBackend:
+    """The connections, scripts and background tasks one instance shares with all its sessions."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "agentstream",
+        instance_id: str = "",
+        lock_ttl_s: float = 10.0,
+        session_ttl_s: float = 3600.0,
+        max_bytes: int = 10 * 1024 * 1024,
+        max_sessions: int = 10_000,
+    ) -> None:
+        self.url = url
+        self.prefix = prefix
+        self.instance_id = instance_id or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+        self.lock_ttl_ms = max(100, int(lock_ttl_s * 1000))
+        self.session_ttl_ms = max(1000, int(session_ttl_s * 1000))
+        self.max_bytes = max_bytes
+        self.max_sessions = max_sessions
+        retry = Retry(ExponentialBackoff(cap=0.5, base=0.02), retries=8)
+        common: dict[str, Any] = {
+            "decode_responses": True,
+            "socket_connect_timeout": 2.0,
+            "retry": retry,
+            "retry_on_error": [RedisConnectionError, RedisTimeoutError],
+        }
+        self.redis = aioredis.Redis.from_url(url, socket_timeout=5.0, **common)
+        # The reader blocks in XREAD, so it has a connection of its own and no read timeout.
+        self.reader_redis = aioredis.Redis.from_url(
+            url, **{**common, "retry": Retry(ExponentialBackoff(), 0)}
+        )
+        self.scripts = {
+            name: self.redis.register_script(getattr(scripts, name))
+            for name in ("APPEND", "CREATE", "LOAD", "REAP", "CLAIM", "FINISH", "RENEW", "DELETE")
+        }
+        self.fanout = Fanout(self)
+        self.runs: RunManager | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._tokens = itertools.count(1)
+        self.connected = False
+        self.stopping = False
+
+    # -- keys -------------------------------------------------------------------------------
+
+    def meta_key(self, session_id: str) -> str:
+        return f"{self.prefix}:s:{session_id}"
+
+    def log_key(self, session_id: str) -> str:
+        return f"{self.prefix}:s:{session_id}:log"
+
+    def lock_key(self, session_id: str) -> str:
+        return f"{self.prefix}:s:{session_id}:run"
+
+    @property
+    def sessions_key(self) -> str:
+        return f"{self.prefix}:sessions"
+
+    def cancel_channel(self, instance_id: str) -> str:
+        return f"{self.prefix}:cancel:{instance_id}"
+
+    def session_keys(self, session_id: str) -> list[str]:
+        """meta, log, lock: the keys most scripts take first."""
+        return [self.meta_key(session_id), self.log_key(session_id), self.lock_key(session_id)]
+
+    def next_token(self) -> str:
+        """A token naming one append, so a retried append is not stored twice."""
+        return f"{self.instance_id}:{next(self._tokens)}"
+
+    def interrupt_args(self) -> list[Any]:
+        """The arguments the scripts need to end an orphaned query."""
+        return [self.max_bytes, f"{time.time():.6f}", _INTERRUPTED_STATUS, _INTERRUPTED_ERROR]
+
+    # -- life -------------------------------------------------------------------------------
+
+    async def start(self, runs: RunManager) -> None:
+        """Start the reader, the cancel listener and the claim renewer; Redis may be down now."""
+        self.runs = runs
+        try:
+            await self.redis.ping()
+            self.connected = True
+        except (RedisError, OSError) as exc:
+            log.warning("Redis at %s is not reachable yet (%s); retrying in the background", self.url, exc)
+        self._tasks = [
+            asyncio.create_task(self.fanout.run(), name="redis-fanout"),
+            asyncio.create_task(self._listen_for_cancels(), name="redis-cancels"),
+            asyncio.create_task(self._renew_claims(), name="redis-renew"),
+        ]
+
+    async def stop(self) -> None:
+        # redis-py may swallow a cancellation that lands in a blocking read, so the loops also
+        # watch a flag, and closing the reader's sockets ends those reads at once.
+        self.stopping = True
+        for task in self._tasks:
+            task.cancel()
+        await self.reader_redis.connection_pool.disconnect()
+        await asyncio.wait(self._tasks, timeout=5)
+        self._tasks = []
+        self.fanout.fail_all(StoreUnavailable("the service is shutting down"))
+        await self.reader_redis.aclose()
+        await self.redis.aclose()
+
+    async def ping(self) -> bool:
+        """True when Redis answers now."""
+        try:
+            await self.redis.ping()
+        except (RedisError, OSError):
+            self.connected = False
+            return False
+        self.connected = True
+        return True
+
+    async def _listen_for_cancels(self) -> None:
+        """Cancel this instance's queries when another instance asks (a cancel sent to it)."""
+        channel = self.cancel_channel(self.instance_id)
+        delay = 0.05
+        while not self.stopping:
+            pubsub = self.reader_redis.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(channel)
+                delay = 0.05
+                while not self.stopping:
+                    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                    if message and message.get("type") == "message" and self.runs is not None:
+                        asyncio.create_task(self.runs.cancel(str(message["data"])))
+            except (RedisError, OSError) as exc:
+                if self.stopping:
+                    return
+                log.warning("cancel listener lost Redis (%s); reconnecting in %.2f s", exc, delay)
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+    async def _renew_claims(self) -> None:
+        """Keep the claims of this instance's running queries alive; stop a query whose claim
+        was lost (another instance declared it interrupted)."""
+        interval = self.lock_ttl_ms / 3000
+        while not self.stopping:
+            await asyncio.sleep(interval)
+            if self.runs is None:
+                continue
+            claims = self.runs.claims()
+            if not claims:
+                continue
+            now = int(time.time() * 1000)
+            try:
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    for session_id, fence in claims:
+                        await self.scripts["RENEW"](
+                            keys=[
+                                self.lock_key(session_id),
+                                self.meta_key(session_id),
+                                self.log_key(session_id),
+                                self.sessions_key,
+                            ],
+                            args=[session_id, fence, self.lock_ttl_ms, self.session_ttl_ms, now],
+                            client=pipe,
+                        )
+                    kept = await pipe.execute()
+            except (RedisError, OSError) as exc:
+                log.warning("could not renew %d run claim(s): %s", len(claims), exc)
+                continue
+            for (session_id, _), ok in zip(claims, kept, strict=True):
+                if not ok:
+                    log.warning("session %s: this instance's claim expired; stopping its query", session_id)
+                    asyncio.create_task(self.runs.cancel(session_id))
+
+
+class _Tail:
+    """One followed log on this instance: the newest entries, decoded once, and a wake-up."""
+
+    __slots__ = ("session_id", "key", "cursor", "entries", "changed", "closed", "failed", "refs", "status")
+
+    def __init__(self, session_id: str, key: str, cursor: int, status: str) -> None:
+        self.session_id = session_id
+        self.key = key
+        self.cursor = cursor  # the newest id the reader has seen
+        self.entries: deque[LogEntry] = deque(maxlen=TAIL_ENTRIES)
+        self.changed = asyncio.Event()
+        self.closed = False
+        self.failed: StoreUnavailable | None = None
+        self.refs = 0
+        self.status = status
+
+    def wake(self) -> None:
+        changed, self.changed = self.changed, asyncio.Event()
+        changed.set()
+
+    def after(self, cursor: int) -> list[LogEntry] | None:
+        """The cached entries after ``cursor``; ``None`` when the cache does not reach back."""
+        if cursor >= self.cursor:
+            return []
+        if not self.entries or self.entries[0].id > cursor + 1:
+            return None
+        first = self.entries[0].id
+        return list(itertools.islice(self.entries, cursor + 1 - first, None))
+
+
+class Fanout:
+    """The one Redis reader of an instance, feeding every local subscriber of every session."""
+
+    def __init__(self, backend: RedisBackend) -> None:
+        self.backend = backend
+        self.tails: dict[str, _Tail] = {}
+        self._by_key: dict[str, _Tail] = {}
+        self._wake_key = f"{backend.prefix}:wake:{backend.instance_id}"
+        self._wake_cursor = "$"
+        self._check_interval = min(5.0, max(0.05, backend.lock_ttl_ms / 4000))
+        self._last_check = time.monotonic()
+        self._last_exists_check = time.monotonic()
+        self.subscribers = 0
+        self._subscribers_changed = asyncio.Event()
+
+    def _count(self, change: int) -> None:
+        self.subscribers += change
+        changed, self._subscribers_changed = self._subscribers_changed, asyncio.Event()
+        changed.set()
+
+    def subscribers_of(self, session_id: str) -> int:
+        tail = self.tails.get(session_id)
+        return tail.refs if tail is not None else 0
+
+    async def wait_subscribers(self, session_id: str, count: int) -> None:
+        while self.subscribers_of(session_id) != count:
+            await self._subscribers_changed.wait()
+
+    async def watch(self, session_id: str, status: str) -> _Tail:
+        tail = self.tails.get(session_id)
+        if tail is None:
+            backend = self.backend
+            with _store_errors():
+                last = int(await backend.redis.hget(backend.meta_key(session_id), "last_id") or 0)
+            tail = self.tails.get(session_id)  # another subscriber may have won the race
+            if tail is None:
+                tail = _Tail(session_id, backend.log_key(session_id), last, status)
+                self.tails[session_id] = tail
+                self._by_key[tail.key] = tail
+                await self._poke()
+        tail.refs += 1
+        self._count(+1)
+        return tail
+
+    def unwatch(self, tail: _Tail) -> None:
+        tail.refs -= 1
+        if tail.refs <= 0 and self.tails.get(tail.session_id) is tail:
+            del self.tails[tail.session_id]
+            self._by_key.pop(tail.key, None)
+        self._count(-1)
+
+    async def _poke(self) -> None:
+        """Make the blocked XREAD return, so it picks up a newly followed log."""
+        with contextlib.suppress(RedisError, OSError):
+            await self.backend.redis.xadd(self._wake_key, {"w": "1"}, maxlen=16, approximate=True)
+
+    def fail_all(self, error: StoreUnavailable) -> None:
+        for tail in list(self.tails.values()):
+            tail.failed = error
+            tail.wake()
+        # Failed tails are dropped: a resuming client starts a fresh one.
+        self.tails.clear()
+        self._by_key.clear()
+
+    async def run(self) -> None:
+        backend = self.backend
+        delay = 0.05
+        while not backend.stopping:
+            streams: dict[str, str] = {self._wake_key: self._wake_cursor}
+            for tail in self.tails.values():
+                streams[tail.key] = f"{tail.cursor}-0"
+            try:
+                if self._wake_cursor == "$":
+                    # Learn the wake stream's position first, so no poke is missed later.
+                    newest = await backend.reader_redis.xrevrange(self._wake_key, count=1)
+                    self._wake_cursor = newest[0][0] if newest else "0-0"
+                    continue
+                result = await backend.reader_redis.xread(
+                    streams, block=int(self._check_interval * 1000), count=READ_BATCH
+                )
+                delay = 0.05
+                backend.connected = True
+            except asyncio.CancelledError:
+                raise
+            except (RedisError, OSError) as exc:
+                if backend.stopping:
+                    return
+                backend.connected = False
+                if self.tails:
+                    log.warning("lost Redis (%s): ending %d followed log(s); retrying", exc, len(self.tails))
+                self.fail_all(_unavailable(exc))
+                self._wake_cursor = "$"
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            for key, items in result or ():
+                if key == self._wake_key:
+                    self._wake_cursor = items[-1][0]
+                    continue
+                tail = self._by_key.get(key)
+                if tail is not None:
+                    self._deliver(tail, items)
+            if time.monotonic() - self._last_check >= self._check_interval:
+                await self._check()
+
+    def _deliver(self, tail: _Tail, items: list[tuple[str, dict[str, str]]]) -> None:
+        for stream_id, fields in items:
+            entry_id = _entry_id(stream_id)
+            if entry_id <= tail.cursor:
+                continue
+            if entry_id != tail.cursor + 1:
+                # Entries were purged before this reader saw them: the cache must stay
+                # contiguous, so it starts over (readers further back go to Redis).
+                tail.entries.clear()
+            tail.cursor = entry_id
+            entry = _decode(stream_id, fields)
+            if entry is None:
+                tail.closed = True
+                break
+            event = entry.event
+            if isinstance(event, StatusChange):
+                tail.status = RUNNING if event.status == RUNNING else IDLE
+            tail.entries.append(entry)
+        tail.wake()
+
+    async def _check(self) -> None:
+        """End the queries of followed sessions whose claims expired; notice deleted sessions."""
+        self._last_check = time.monotonic()
+        backend = self.backend
+        running = [tail for tail in self.tails.values() if tail.status == RUNNING]
+        try:
+            if running:
+                async with backend.redis.pipeline(transaction=False) as pipe:
+                    for tail in running:
+                        await backend.scripts["REAP"](
+                            keys=backend.session_keys(tail.session_id),
+                            args=[*backend.interrupt_args(), ""],
+                            client=pipe,
+                        )
+                    await pipe.execute()
+            if time.monotonic() - self._last_exists_check >= 5.0 and self.tails:
+                self._last_exists_check = time.monotonic()
+                tails = list(self.tails.values())
+                async with backend.redis.pipeline(transaction=False) as pipe:
+                    for tail in tails:
+                        pipe.exists(backend.meta_key(tail.session_id))
+                    found = await pipe.execute()
+                for tail, exists in zip(tails, found, strict=True):
+                    if not exists:
+                        tail.closed = True
+                        tail.wake()
+        except (RedisError, OSError) as exc:
+            log.warning("session check failed: %s", exc)
+
+
+class RedisEventLog(EventLog):
+    """A session's event log as a Redis Stream (see the module docstring)."""
+
+    def __init__(self, backend: RedisBackend, session_id: str, status: str = IDLE) -> None:
+        self._backend = backend
+        self._session_id = session_id
+        self._status = status
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def subscribers(self) -> int:
+        """Subscriptions open on this instance now."""
+        return self._backend.fanout.subscribers_of(self._session_id)
+
+    async def wait_subscribers(self, count: int) -> None:
+        """Return once exactly ``count`` subscriptions are open on this instance."""
+        await self._backend.fanout.wait_subscribers(self._session_id, count)
+
+    async def kept_bytes(self) -> int:
+        backend = self._backend
+        with _store_errors():
+            value = await backend.redis.hget(backend.meta_key(self._session_id), "bytes")
+        return int(value or 0)
+
+    async def append(self, event: Event, *, fence: str | None = None) -> LogEntry:
+        backend = self._backend
+        raw = event.model_dump_json()
+        ts = time.time()
+        try:
+            with _store_errors():
+                entry_id = await backend.scripts["APPEND"](
+                    keys=backend.session_keys(self._session_id),
+                    args=[fence or "", raw, f"{ts:.6f}", len(raw), backend.max_bytes, backend.next_token()],
+                )
+        except ResponseError as exc:
+            if "RUNLOST" in str(exc):
+                raise RunLost(f"session {self._session_id}: the run's claim expired") from None
+            if "NOSESSION" in str(exc):
+                self._closed = True
+                raise RuntimeError("event log is closed") from None
+            raise
+        return LogEntry(int(entry_id), event, len(raw), ts)
+
+    async def _range(self, after_id: int, limit: int | None) -> list[LogEntry]:
+        backend = self._backend
+        with _store_errors():
+            items = await backend.redis.xrange(
+                backend.log_key(self._session_id), min=f"{after_id + 1}-0", count=limit or None
+            )
+        entries = []
+        for stream_id, fields in items:
+            entry = _decode(stream_id, fields)
+            if entry is None:
+                self._closed = True
+                break
+            entries.append(entry)
+        return entries
+
+    async def read(self, after_id: int, limit: int | None = None, *, strict: bool = True) -> list[LogEntry]:
+        after_id = max(after_id, 0)
+        entries = await self._range(after_id, limit)
+        if entries and entries[0].id > after_id + 1 and strict:
+            from service.errors import EventsPurged
+
+            raise EventsPurged(after_id, entries[0].id)
+        return entries
+
+    async def subscribe(
+        self, after_id: int = 0, *, idle_timeout: float | None = None
+    ) -> AsyncIterator[list[LogEntry]]:
+        fanout = self._backend.fanout
+        cursor = max(after_id, 0)
+        tail = await fanout.watch(self._session_id, self._status)
+        try:
+            while True:
+                changed = tail.changed
+                if tail.failed is not None:
+                    raise tail.failed
+                batch = tail.after(cursor)
+                if batch is None:
+                    batch = await self.read(cursor, READ_BATCH)
+                if batch:
+                    cursor = batch[-1].id
+                    yield batch
+                    continue
+                if tail.closed or self._closed:
+                    return
+                try:
+                    async with asyncio.timeout(idle_timeout):
+                        await changed.wait()
+                except TimeoutError:
+                    yield []
+        finally:
+            fanout.unwatch(tail)
+
+    async def last_id(self) -> int:
+        backend = self._backend
+        with _store_errors():
+            value = await backend.redis.hget(backend.meta_key(self._session_id), "last_id")
+        return int(value or 0)
+
+    async def first_id(self) -> int:
+        backend = self._backend
+        with _store_errors():
+            async with backend.redis.pipeline(transaction=False) as pipe:
+                pipe.xrange(backend.log_key(self._session_id), count=1)
+                pipe.hget(backend.meta_key(self._session_id), "last_id")
+                first, last = await pipe.execute()
+        if first and "c" not in first[0][1]:
+            return _entry_id(first[0][0])
+        return int(last or 0) + 1
+
+    async def close(self) -> None:
+        self._closed = True
+
+
+class RedisSessionStore(SessionStore):
+    """Sessions on Redis, shared by every instance; short-lived sessions stay in memory.
+
+    ``POST /agent/stream`` and the WebSocket ``run`` command use a session that lives for one
+    request on one instance; keeping those local costs Redis nothing.
+    """
+
+    def __init__(self, backend: RedisBackend, local: MemorySessionStore) -> None:
+        self.backend = backend
+        self.local = local
+        self.max_sessions = backend.max_sessions
+        self.ttl_s = backend.session_ttl_ms / 1000
+
+    def _is_local(self, session: Session) -> bool:
+        return session.ephemeral
+
+    async def create(self, *, ephemeral: bool = False, owner: str = "") -> Session:
+        if ephemeral:
+            return await self.local.create(ephemeral=True, owner=owner)
+        backend = self.backend
+        session_id = new_session_id()
+        created = time.time()
+        try:
+            with _store_errors():
+                await backend.scripts["CREATE"](
+                    keys=[backend.meta_key(session_id), backend.sessions_key],
+                    args=[
+                        session_id,
+                        owner,
+                        f"{created:.6f}",
+                        backend.session_ttl_ms,
+                        int(created * 1000),
+                        backend.max_sessions,
+                    ],
+                )
+        except ResponseError as exc:
+            if "SESSIONLIMIT" in str(exc):
+                raise SessionLimitReached(f"{backend.max_sessions} sessions are open") from None
+            raise
+        return Session(id=session_id, log=RedisEventLog(backend, session_id), owner=owner, created_at=created)
+
+    async def get(self, session_id: str) -> Session:
+        with contextlib.suppress(SessionNotFound):
+            return await self.local.get(session_id)
+        backend = self.backend
+        try:
+            with _store_errors():
+                flat = await backend.scripts["LOAD"](
+                    keys=backend.session_keys(session_id), args=backend.interrupt_args()
+                )
+        except ResponseError as exc:
+            if "NOSESSION" in str(exc):
+                raise SessionNotFound(session_id) from None
+            raise
+        fields = dict(zip(flat[::2], flat[1::2], strict=True))
+        status = fields.get("status", IDLE)
+        return Session(
+            id=session_id,
+            log=RedisEventLog(backend, session_id, status),
+            messages=json.loads(fields.get("messages") or "[]"),
+            status=status,
+            owner=fields.get("owner", ""),
+            usage=Usage.model_validate_json(fields.get("usage") or "{}"),
+            created_at=float(fields.get("created") or 0),
+            run_id=fields.get("run_id", ""),
+            run_message=fields.get("run_msg", ""),
+            run_start_id=int(fields.get("run_start") or 0),
+        )
+
+    async def delete(self, session_id: str) -> None:
+        with contextlib.suppress(SessionNotFound):
+            await self.local.delete(session_id)
+            return
+        backend = self.backend
+        keys = [*backend.session_keys(session_id), backend.sessions_key]
+        with _store_errors():
+            deleted = await backend.scripts["DELETE"](keys=keys, args=[session_id, f"{time.time():.6f}"])
+        if not deleted:
+            raise SessionNotFound(session_id)
+
+    async def count(self) -> int:
+        backend = self.backend
+        with _store_errors():
+            shared = await backend.redis.zcount(backend.sessions_key, int(time.time() * 1000), "+inf")
+        return int(shared) + await self.local.count()
+
+    async def expire_idle(self, now: float | None = None) -> list[str]:
+        # Redis expires idle sessions by itself; only the local short-lived ones need a sweep.
+        expired = await self.local.expire_idle(now)
+        with contextlib.suppress(StoreUnavailable, RedisError):
+            with _store_errors():
+                await self.backend.redis.zremrangebyscore(
+                    self.backend.sessions_key, "-inf", int(time.time() * 1000)
+                )
+        return expired
+
+    async def claim_run(self, session: Session, run_id: str) -> str | None:
+        if self._is_local(session):
+            return None
+        backend = self.backend
+        fence = f"{backend.instance_id}:{run_id}"
+        now = time.time()
+        try:
+            with _store_errors():
+                messages = await backend.scripts["CLAIM"](
+                    keys=[*backend.session_keys(session.id), backend.sessions_key],
+                    args=[
+                        session.id,
+                        fence,
+                        backend.lock_ttl_ms,
+                        run_id,
+                        session.run_message,
+                        backend.session_ttl_ms,
+                        int(now * 1000),
+                        *backend.interrupt_args(),
+                    ],
+                )
+        except ResponseError as exc:
+            if "CLAIMED" in str(exc):
+                raise RunInProgress(session.id) from None
+            if "NOSESSION" in str(exc):
+                raise SessionNotFound(session.id) from None
+            raise
+        # The run continues the conversation as it stands now, not as this copy was read.
+        session.messages[:] = json.loads(messages or "[]")
+        return fence
+
+    async def finish_run(self, session: Session, fence: str | None, events: list[Event]) -> None:
+        if self._is_local(session) or fence is None:
+            await super().finish_run(session, fence, events)
+            return
+        backend = self.backend
+        now = time.time()
+        args: list[Any] = [
+            session.id,
+            fence,
+            json.dumps(session.messages, separators=(",", ":")),
+            session.usage.model_dump_json(),
+            backend.session_ttl_ms,
+            int(now * 1000),
+            backend.max_bytes,
+        ]
+        for event in events:
+            args += [event.model_dump_json(), f"{now:.6f}"]
+        try:
+            with _store_errors():
+                await backend.scripts["FINISH"](
+                    keys=[*backend.session_keys(session.id), backend.sessions_key], args=args
+                )
+        except ResponseError as exc:
+            if "RUNLOST" in str(exc):
+                raise RunLost(f"session {session.id}: the run's claim expired") from None
+            raise
+
+    async def cancel_elsewhere(self, session_id: str) -> bool:
+        if session_id in self.local._sessions:
+            return False
+        backend = self.backend
+        lock_key = backend.lock_key(session_id)
+        with _store_errors():
+            fence = await backend.redis.get(lock_key)
+            if not fence:
+                return False
+            after = await RedisEventLog(backend, session_id).last_id()
+            owner = fence.rpartition(":")[0]
+            receivers = await backend.redis.publish(backend.cancel_channel(owner), session_id)
+            if not receivers:
+                # Its instance is gone: end the query here rather than wait for the claim to expire.
+                await backend.scripts["REAP"](
+                    keys=backend.session_keys(session_id), args=[*backend.interrupt_args(), fence]
+                )
+                return True
+        await self._wait_for_end(session_id, lock_key, fence, after)
+        return True
+
+    async def _wait_for_end(self, session_id: str, lock_key: str, fence: str, after: int) -> None:
+        """Wait (at most twice the claim's lifetime) until the query's terminal event is logged."""
+        backend = self.backend
+        log_ = RedisEventLog(backend, session_id, RUNNING)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(backend.lock_ttl_ms * 2 / 1000):
+                async with contextlib.aclosing(log_.subscribe(after, idle_timeout=0.25)) as batches:
+                    async for batch in batches:
+                        if any(is_terminal(entry.event) for entry in batch):
+                            return
+                        if not batch:
+                            with _store_errors():
+                                if await backend.redis.get(lock_key) != fence:
+                                    return
+
+
+def make_store(
+    settings: Any, local_factory: Callable[[], MemorySessionStore]
+) -> tuple[RedisBackend, RedisSessionStore]:
+    """The backend and store the settings ask for (``AGENT_REDIS_URL`` and friends)."""
+    backend = RedisBackend(
+        settings.redis_url,
+        prefix=settings.redis_prefix,
+        instance_id=settings.instance_id,
+        lock_ttl_s=settings.redis_lock_ttl_s,
+        session_ttl_s=settings.session_ttl_s,
+        max_bytes=settings.session_events_max_bytes,
+        max_sessions=settings.max_sessions,
+    )
+    return backend, RedisSessionStore(backend, local_factory())
