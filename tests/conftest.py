@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
 import os
 import uuid
@@ -17,8 +18,29 @@ from service.agent.tools import FunctionTool, Tool
 from service.app import SERVICES, create_app
 from service.config import Settings
 
-# With AGENT_TEST_REDIS_URL set, every service the tests start keeps its sessions on that Redis.
+pytest_plugins = ["tests.support.fixtures"]
+
+# With AGENT_TEST_REDIS_URL set, every service the tests start keeps its sessions on that Redis
+# ("auto": the local one on 6379, or a redis-server started for the run).
 SUITE_REDIS_URL = os.environ.get("AGENT_TEST_REDIS_URL", "")
+if SUITE_REDIS_URL == "auto":
+    from tests.support.redis_server import redis_url_for_tests, stop_session_redis
+
+    SUITE_REDIS_URL = redis_url_for_tests()
+    atexit.register(stop_session_redis)
+_SUITE_PREFIXES: list[str] = []
+
+
+@atexit.register
+def _forget_suite_keys() -> None:
+    """Take the keys the suite's services left on a shared Redis away again."""
+    if SUITE_REDIS_URL and _SUITE_PREFIXES:
+        from tests.support.redis_server import delete_prefix, reachable
+
+        if reachable(SUITE_REDIS_URL):
+            for prefix in _SUITE_PREFIXES:
+                delete_prefix(SUITE_REDIS_URL, prefix)
+
 
 TEST_SETTINGS: dict[str, Any] = {
     "provider": "emulator",
@@ -73,6 +95,7 @@ async def make_client(aiohttp_client: Any) -> ClientFactory:
         if SUITE_REDIS_URL:
             # The whole suite on Redis: each service gets keys of its own under a fresh prefix.
             shared = {"redis_url": SUITE_REDIS_URL, "redis_prefix": f"t{uuid.uuid4().hex[:12]}"}
+            _SUITE_PREFIXES.append(shared["redis_prefix"])
         settings = Settings(**{**TEST_SETTINGS, **shared, **overrides})
         return await aiohttp_client(create_app(settings, tools=test_tools()))
 

@@ -299,6 +299,11 @@ class RunManager:
             # Another instance saw the claim expire and ended the query as interrupted.
             log.warning("run %s of session %s lost its claim; stopped", run.id, session.id)
             self._forget(run)
+        except StoreUnavailable as exc:
+            # The shared log cannot take the events: the query stops, and once the store is
+            # back its watchers are told it was interrupted (its claim will have expired).
+            log.warning("run %s of session %s stopped: %s", run.id, session.id, exc)
+            await self._finish(run, RunError(error=str(exc), code="store_unavailable", recoverable=True))
         except Exception:
             log.exception("run %s of session %s failed", run.id, session.id)
             await self._finish(

@@ -56,6 +56,8 @@ _INTERRUPTED_ERROR = RunError(
 # Decoded entries each instance keeps per followed log, shared by its subscribers.
 TAIL_ENTRIES = 4096
 READ_BATCH = 1000
+# Connections per instance for commands (the reader and the cancel listener have their own).
+REDIS_CONNECTIONS = 16
 
 
 def _unavailable(exc: BaseException) -> StoreUnavailable:
@@ -112,8 +114,15 @@ class RedisBackend:
             "socket_connect_timeout": 2.0,
             "retry": retry,
             "retry_on_error": [RedisConnectionError, RedisTimeoutError],
+            # Named, so CLIENT LIST shows which instance holds which connections.
+            "client_name": f"agentstream:{self.instance_id}",
         }
-        self.redis = aioredis.Redis.from_url(url, socket_timeout=5.0, **common)
+        # A bounded pool: requests and subscribers queue for one of a few connections rather
+        # than opening one each, so a thousand clients cost Redis no more sockets than ten.
+        pool = aioredis.BlockingConnectionPool.from_url(
+            url, max_connections=REDIS_CONNECTIONS, timeout=5.0, socket_timeout=5.0, **common
+        )
+        self.redis = aioredis.Redis(connection_pool=pool)
         # The reader blocks in XREAD, so it has a connection of its own and no read timeout.
         self.reader_redis = aioredis.Redis.from_url(
             url, **{**common, "retry": Retry(ExponentialBackoff(), 0)}
@@ -161,7 +170,7 @@ class RedisBackend:
 
     # -- life -------------------------------------------------------------------------------
 
-    async def start(self, runs: RunManager) -> None:
+    async def start(self, runs: RunManager | None = None) -> None:
         """Start the reader, the cancel listener and the claim renewer; Redis may be down now."""
         self.runs = runs
         try:
@@ -182,7 +191,8 @@ class RedisBackend:
         for task in self._tasks:
             task.cancel()
         await self.reader_redis.connection_pool.disconnect()
-        await asyncio.wait(self._tasks, timeout=5)
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=5)
         self._tasks = []
         self.fanout.fail_all(StoreUnavailable("the service is shutting down"))
         await self.reader_redis.aclose()

@@ -19,8 +19,6 @@ from tests.support.redis_server import (
     stop_session_redis,
 )
 
-pytest_plugins = ["tests.support.fixtures"]
-
 MEMORY_MODE = {"AGENT_REDIS_URL": None, "AGENT_EMULATOR_TTFT_MS": 0, "AGENT_EMULATOR_TOKENS_PER_SECOND": 0}
 
 

@@ -1,0 +1,165 @@
+"""The Redis event log and session store against a real Redis, in process."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from service.core.events import TextDelta
+from service.core.sessions import MemorySessionStore
+from service.errors import EventsPurged, RunInProgress, RunLost, SessionNotFound
+from service.store.redis import RedisBackend, RedisEventLog, RedisSessionStore
+
+
+@pytest.fixture
+async def backend(redis_url: str, redis_prefix: str) -> AsyncIterator[RedisBackend]:
+    made = RedisBackend(redis_url, prefix=redis_prefix, lock_ttl_s=1.0, max_bytes=2_000, session_ttl_s=60)
+    await made.start()
+    yield made
+    await made.stop()
+
+
+@pytest.fixture
+def store(backend: RedisBackend) -> RedisSessionStore:
+    return RedisSessionStore(backend, MemorySessionStore())
+
+
+async def test_ids_are_exact_and_the_byte_bound_drops_the_oldest(store: RedisSessionStore) -> None:
+    session = await store.create()
+    log = session.log
+    sizes = []
+    for n in range(100):
+        entry = await log.append(TextDelta(text=f"word {n:03d} " + "x" * 30))
+        assert entry.id == n + 1
+        sizes.append(entry.size)
+    assert await log.last_id() == 100
+    kept = await log.kept_bytes()
+    first = await log.first_id()
+    assert kept <= 2_000 and kept == sum(sizes[first - 1 :])
+    assert kept + sizes[first - 2] > 2_000  # it dropped no more than it had to
+    with pytest.raises(EventsPurged) as purged:
+        await log.read(0)
+    assert purged.value.oldest_id == first
+    entries = await log.read(0, strict=False)
+    assert [e.id for e in entries] == list(range(first, 101))
+    assert entries[-1].event == TextDelta(text="word 099 " + "x" * 30)
+    # One event larger than the whole bound is still kept, alone.
+    big = await log.append(TextDelta(text="y" * 5_000))
+    assert await log.first_id() == big.id == 101
+    assert [e.id for e in await log.read(100, strict=False)] == [101]
+
+
+async def test_a_retried_append_is_stored_once(store: RedisSessionStore, backend: RedisBackend) -> None:
+    session = await store.create()
+    raw = TextDelta(text="once").model_dump_json()
+    args = ["", raw, f"{time.time():.6f}", len(raw), backend.max_bytes, "token-1"]
+    keys = backend.session_keys(session.id)
+    first = await backend.scripts["APPEND"](keys=keys, args=args)
+    again = await backend.scripts["APPEND"](keys=keys, args=args)
+    assert first == again == 1
+    assert [e.id for e in await session.log.read(0)] == [1]
+
+
+async def test_appends_are_fenced_by_the_run_claim(store: RedisSessionStore, backend: RedisBackend) -> None:
+    session = await store.create()
+    fence = await store.claim_run(session, "run-1")
+    assert fence is not None and fence.endswith(":run-1")
+    with pytest.raises(RunInProgress):
+        await store.claim_run(await store.get(session.id), "run-2")
+    await session.log.append(TextDelta(text="mine"), fence=fence)
+    with pytest.raises(RunLost):
+        await session.log.append(TextDelta(text="not mine"), fence="other:run-9")
+    # The claim expires (its instance stopped renewing it): the old run may write no more, and
+    # the next reader of the session ends the query as interrupted.
+    await backend.redis.delete(backend.lock_key(session.id))
+    with pytest.raises(RunLost):
+        await session.log.append(TextDelta(text="too late"), fence=fence)
+    reloaded = await store.get(session.id)
+    assert reloaded.status == "idle"
+    last = (await reloaded.log.read(0))[-1].event
+    assert last.type == "error" and last.code == "interrupted" and last.recoverable
+
+
+async def test_subscribers_follow_through_the_instance_reader(store: RedisSessionStore) -> None:
+    session = await store.create()
+    await session.log.append(TextDelta(text="before"))
+
+    async def follow() -> list[int]:
+        got: list[int] = []
+        async for batch in session.log.subscribe(0):
+            got.extend(entry.id for entry in batch)
+            if got[-1] == 50:
+                return got
+        return got
+
+    followers = [asyncio.create_task(follow()) for _ in range(3)]
+    await session.log.wait_subscribers(3)
+    for n in range(49):
+        await session.log.append(TextDelta(text=f"live {n}"))
+    for got in await asyncio.wait_for(asyncio.gather(*followers), 10):
+        assert got == list(range(1, 51))
+    await session.log.wait_subscribers(0)
+
+
+async def test_deleting_a_session_ends_its_subscribers(store: RedisSessionStore) -> None:
+    session = await store.create()
+    await session.log.append(TextDelta(text="only"))
+
+    async def follow() -> list[int]:
+        ids = []
+        async for batch in session.log.subscribe(0):
+            ids += [entry.id for entry in batch]
+        return ids
+
+    follower = asyncio.create_task(follow())
+    await session.log.wait_subscribers(1)
+    await store.delete(session.id)
+    assert await asyncio.wait_for(follower, 10) == [1]
+    with pytest.raises(SessionNotFound):
+        await store.get(session.id)
+    with pytest.raises(SessionNotFound):
+        await store.delete(session.id)
+
+
+async def test_idle_sessions_expire_on_redis(redis_url: str, redis_prefix: str) -> None:
+    backend = RedisBackend(redis_url, prefix=redis_prefix, session_ttl_s=1.0)
+    store = RedisSessionStore(backend, MemorySessionStore())
+    try:
+        session = await store.create()
+        assert await store.count() == 1
+        await session.log.append(TextDelta(text="kept a second"))
+        assert 0 < await backend.redis.pttl(backend.log_key(session.id)) <= 1000
+        # Redis forgets the session by itself once its time-to-live passes.
+        deadline = time.monotonic() + 5
+        while await backend.redis.exists(backend.meta_key(session.id)):
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        with pytest.raises(SessionNotFound):
+            await store.get(session.id)
+        assert await store.count() == 0
+        assert await RedisEventLog(backend, session.id).last_id() == 0
+    finally:
+        await backend.stop()
+
+
+async def test_session_cap_holds_across_instances(redis_url: str, redis_prefix: str) -> None:
+    stores = [
+        RedisSessionStore(RedisBackend(redis_url, prefix=redis_prefix, max_sessions=3), MemorySessionStore())
+        for _ in range(2)
+    ]
+    try:
+        await stores[0].create()
+        await stores[1].create()
+        await stores[0].create()
+        from service.errors import SessionLimitReached
+
+        with pytest.raises(SessionLimitReached):
+            await stores[1].create()
+        # Short-lived sessions stay on their instance and cost the shared cap nothing.
+        assert (await stores[1].create(ephemeral=True)).ephemeral
+    finally:
+        for store in stores:
+            await store.backend.stop()

@@ -1,0 +1,413 @@
+"""Two service processes on one real Redis: any instance serves any session.
+
+Each test starts its instances with ``python -m service`` (embedded emulator) and talks to them
+over HTTP and WebSocket like a client behind a round-robin load balancer would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import aiohttp
+import pytest
+import redis
+
+from tests.conftest import sse_events
+from tests.support.instances import ServiceProcess
+from tests.support.redis_server import RedisServer
+
+LOCK_TTL_S = 1.0
+
+
+def instance_env(url: str, prefix: str, **extra: str) -> dict[str, str]:
+    return {
+        "AGENT_REDIS_URL": url,
+        "AGENT_REDIS_PREFIX": prefix,
+        "AGENT_REDIS_LOCK_TTL_S": str(LOCK_TTL_S),
+        "AGENT_EMULATOR_TTFT_MS": "0",
+        "AGENT_EMULATOR_TOKENS_PER_SECOND": "0",
+        "AGENT_GC_TUNING": "false",
+        # Every event on its own frame, so what each reader got can be compared id by id.
+        "AGENT_MERGE_DELTAS_AFTER": "1000000",
+        **extra,
+    }
+
+
+@pytest.fixture(scope="module")
+def pair(redis_url: str) -> Iterator[tuple[ServiceProcess, ServiceProcess]]:
+    """Two instances sharing one prefix on the shared Redis, for the tests that harm nothing."""
+    from uuid import uuid4
+
+    from tests.support.redis_server import delete_prefix
+
+    prefix = f"t{uuid4().hex[:12]}"
+    env = instance_env(redis_url, prefix)
+    a, b = ServiceProcess(env), ServiceProcess(env)
+    try:
+        a.start()
+        b.start()
+        yield a, b
+    finally:
+        a.terminate()
+        b.terminate()
+        delete_prefix(redis_url, prefix)
+
+
+async def create_session(http: aiohttp.ClientSession, instance: ServiceProcess) -> str:
+    async with http.post(f"{instance.base_url}/sessions") as response:
+        assert response.status == 201, await response.text()
+        return (await response.json())["id"]
+
+
+async def post_message(
+    http: aiohttp.ClientSession, instance: ServiceProcess, session_id: str, text: str
+) -> int:
+    async with http.post(
+        f"{instance.base_url}/sessions/{session_id}/messages", json={"content": text}
+    ) as response:
+        return response.status
+
+
+async def read_events(
+    http: aiohttp.ClientSession, instance: ServiceProcess, session_id: str, last_id: int = 0, stop: Any = None
+) -> list[dict[str, Any]]:
+    """The SSE events after ``last_id`` until the stream ends (or ``stop(events)`` is true)."""
+    url = f"{instance.base_url}/sessions/{session_id}/events"
+    events: list[dict[str, Any]] = []
+    async with http.get(url, headers={"Last-Event-ID": str(last_id)}) as response:
+        assert response.status == 200, await response.text()
+        async for event in sse_events(response):
+            events.append(event)
+            if stop is not None and stop(events):
+                break
+    return events
+
+
+def ids_of(events: list[dict[str, Any]]) -> list[int]:
+    return [int(event["id"]) for event in events if "id" in event]
+
+
+def payloads(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [event["data"] for event in events if "id" in event]
+
+
+async def poll_all(
+    http: aiohttp.ClientSession, instance: ServiceProcess, session_id: str
+) -> list[dict[str, Any]]:
+    """Every event of the session by polling, until the session is idle and nothing is left."""
+    since, events = 0, []
+    while True:
+        url = f"{instance.base_url}/sessions/{session_id}/events/poll?since_index={since}"
+        async with http.get(url) as response:
+            assert response.status == 200, await response.text()
+            body = await response.json()
+        events += body["events"]
+        since = body["next_index"]
+        if body["status"] == "idle" and since == body["last_id"]:
+            return events
+        if not body["events"]:
+            # Polling clients wait between polls; here the wait is on the run's next event.
+            await read_events(http, instance, session_id, since, stop=lambda got: True)
+
+
+def terminal(event: dict[str, Any]) -> bool:
+    return event["data"].get("type") in {"done", "error"}
+
+
+async def test_a_query_started_on_one_instance_is_watched_on_the_other_by_sse_websocket_and_polling(
+    pair: tuple[ServiceProcess, ServiceProcess],
+) -> None:
+    a, b = pair
+    async with aiohttp.ClientSession() as http:
+        session_id = await create_session(http, a)
+        assert await post_message(http, a, session_id, "Tell me a story [emu:tokens=80] [emu:tps=200]") == 202
+        on_a, on_b, polled = await asyncio.gather(
+            read_events(http, a, session_id),
+            read_events(http, b, session_id),
+            poll_all(http, b, session_id),
+        )
+        frames = []
+        async with http.ws_connect(f"{b.base_url}/ws") as ws:
+            await ws.send_json({"type": "subscribe", "session_id": session_id, "last_event_id": 0})
+            while not frames or frames[-1].get("type") not in {"done", "error"}:
+                frame = await ws.receive_json()
+                if "id" in frame:
+                    frames.append(frame)
+    assert payloads(on_a)[-1]["type"] == "done"
+    assert payloads(on_b) == payloads(on_a)
+    assert ids_of(on_b) == list(range(1, len(on_b) + 1))
+    assert polled == payloads(on_a)
+    assert [frame["id"] for frame in frames] == ids_of(on_a)
+    assert [frame["type"] for frame in frames] == [p["type"] for p in payloads(on_a)]
+
+
+async def test_a_client_resumes_on_the_other_instance_with_last_event_id(
+    pair: tuple[ServiceProcess, ServiceProcess],
+) -> None:
+    a, b = pair
+    async with aiohttp.ClientSession() as http:
+        session_id = await create_session(http, a)
+        assert await post_message(http, a, session_id, "A long story [emu:tokens=300] [emu:tps=300]") == 202
+        first = await read_events(
+            http, a, session_id, stop=lambda got: sum(e["event"] == "assistant_text" for e in got) >= 10
+        )
+        rest = await read_events(http, b, session_id, ids_of(first)[-1])
+        every = await poll_all(http, a, session_id)
+    assert ids_of(first) + ids_of(rest) == [event["id"] for event in every]
+    assert payloads(first) + payloads(rest) == every
+    assert every[-1]["type"] == "done"
+
+
+async def test_one_query_per_session_across_instances(pair: tuple[ServiceProcess, ServiceProcess]) -> None:
+    a, b = pair
+    async with aiohttp.ClientSession() as http:
+        session_id = await create_session(http, a)
+        assert await post_message(http, a, session_id, "slow [emu:tokens=2000] [emu:tps=100]") == 202
+        async with http.post(
+            f"{b.base_url}/sessions/{session_id}/messages", json={"content": "me too"}
+        ) as response:
+            assert response.status == 409
+            assert "already running" in (await response.json())["error"]
+        async with http.post(f"{b.base_url}/sessions/{session_id}/cancel") as response:
+            assert response.status == 202
+        # Both instances race for a fresh session: exactly one query starts.
+        for _ in range(5):
+            contested = await create_session(http, b)
+            statuses = await asyncio.gather(
+                post_message(http, a, contested, "first [emu:tokens=3]"),
+                post_message(http, b, contested, "second [emu:tokens=3]"),
+            )
+            assert sorted(statuses) == [202, 409]
+            events = await read_events(http, a, contested)
+            assert [p["type"] for p in payloads(events)].count("processing") == 1
+
+
+async def test_a_cancel_sent_to_the_other_instance_stops_the_query_for_every_watcher(
+    pair: tuple[ServiceProcess, ServiceProcess],
+) -> None:
+    a, b = pair
+    async with aiohttp.ClientSession() as http:
+        session_id = await create_session(http, a)
+        assert await post_message(http, a, session_id, "slow [emu:tokens=2000] [emu:tps=50]") == 202
+        watchers = [asyncio.create_task(read_events(http, instance, session_id)) for instance in (a, b)]
+        await read_events(
+            http, b, session_id, stop=lambda got: any(e["event"] == "assistant_text" for e in got)
+        )
+        async with http.post(f"{b.base_url}/sessions/{session_id}/cancel") as response:
+            assert response.status == 202
+            assert (await response.json())["cancelled"] is True
+        for events in await asyncio.gather(*watchers):
+            data = payloads(events)
+            assert {"type": "status_change", "status": "cancelled"}.items() <= next(
+                p for p in data if p.get("status") == "cancelled"
+            ).items()
+            assert data[-1]["type"] == "done" and data[-1]["cancelled"] is True
+        # The session stays usable, from either instance.
+        assert await post_message(http, b, session_id, "again [emu:tokens=3]") == 202
+        after = await read_events(http, a, session_id, ids_of(events)[-1])
+        assert payloads(after)[-1]["type"] == "done"
+
+
+async def test_watchers_share_one_reader_per_instance(
+    pair: tuple[ServiceProcess, ServiceProcess], redis_url: str
+) -> None:
+    a, b = pair
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+
+    def connections() -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for entry in client.client_list():
+            if entry.get("name", "").startswith("agentstream:"):
+                counts[entry["name"]] = counts.get(entry["name"], 0) + 1
+        return counts
+
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{b.base_url}/healthz") as response:
+            name = "agentstream:" + (await response.json())["store"]["instance_id"]
+        session_id = await create_session(http, a)
+        assert await post_message(http, a, session_id, "many watchers [emu:tokens=200] [emu:tps=100]") == 202
+        watchers = [read_events(http, b, session_id) for _ in range(100)]
+        results = await asyncio.gather(*watchers)
+        during = connections()
+    client.close()
+    assert all(payloads(events) == payloads(results[0]) for events in results)
+    assert payloads(results[0])[-1]["type"] == "done"
+    # A hundred subscribers on one instance share its few connections to Redis: a bounded
+    # pool for commands, plus the reader and the cancel listener.
+    assert 2 < during[name] <= 16 + 2, during
+
+
+async def test_killing_the_instance_running_a_query_interrupts_it_for_watchers_elsewhere(
+    redis_url: str, redis_prefix: str
+) -> None:
+    env = instance_env(redis_url, redis_prefix)
+    async with ServiceProcess(env) as a, ServiceProcess(env) as b, aiohttp.ClientSession() as http:
+        session_id = await create_session(http, b)
+        assert await post_message(http, a, session_id, "a long answer [emu:tokens=2000] [emu:tps=50]") == 202
+        url = f"{b.base_url}/sessions/{session_id}/events"
+        async with http.get(url, headers={"Last-Event-ID": "0"}) as response:
+            stream = sse_events(response)
+            seen = []
+            async for event in stream:
+                seen.append(event)
+                if event["event"] == "assistant_text":
+                    break
+            killed_at = time.monotonic()
+            await a.akill()
+            async for event in stream:
+                seen.append(event)
+            elapsed = time.monotonic() - killed_at
+        last = seen[-1]["data"]
+        assert last["type"] == "error" and last["code"] == "interrupted" and last["recoverable"] is True
+        assert ids_of(seen) == list(range(1, len(ids_of(seen)) + 1))
+        # The claim expires within its time-to-live, and the watcher's instance checks a few
+        # times per time-to-live: the error comes within about one expiry.
+        assert elapsed < LOCK_TTL_S * 2 + 1.0, elapsed
+        async with http.get(f"{b.base_url}/sessions/{session_id}") as response:
+            assert (await response.json())["status"] == "idle"
+        # The session stays usable: a new query runs on the surviving instance.
+        assert await post_message(http, b, session_id, "still there? [emu:tokens=5]") == 202
+        after = await read_events(http, b, session_id, ids_of(seen)[-1])
+        assert payloads(after)[0]["type"] == "processing" and payloads(after)[-1]["type"] == "done"
+
+
+async def test_an_orphaned_query_nobody_watched_is_ended_when_the_session_is_next_read(
+    redis_url: str, redis_prefix: str
+) -> None:
+    env = instance_env(redis_url, redis_prefix)
+    async with ServiceProcess(env) as a, ServiceProcess(env) as b, aiohttp.ClientSession() as http:
+        session_id = await create_session(http, a)
+        assert await post_message(http, a, session_id, "a long answer [emu:tokens=2000] [emu:tps=50]") == 202
+        await read_events(
+            http, a, session_id, stop=lambda got: any(e["event"] == "assistant_text" for e in got)
+        )
+        await a.akill()
+        # Until the claim expires, the session is still running.
+        async with http.post(
+            f"{b.base_url}/sessions/{session_id}/messages", json={"content": "x"}
+        ) as response:
+            assert response.status == 409
+        # A cancel to an instance that is gone ends the query at once.
+        async with http.post(f"{b.base_url}/sessions/{session_id}/cancel") as response:
+            assert (await response.json())["cancelled"] is True
+        events = await poll_all(http, b, session_id)
+        assert events[-1]["type"] == "error" and events[-1]["code"] == "interrupted"
+        assert await post_message(http, b, session_id, "again [emu:tokens=3]") == 202
+
+
+async def test_redis_down_gives_503_and_ends_streams_then_clients_resume(own_redis: RedisServer) -> None:
+    env = instance_env(own_redis.url, "down")
+    async with ServiceProcess(env) as a, aiohttp.ClientSession() as http:
+        session_id = await create_session(http, a)
+        assert await post_message(http, a, session_id, "a long answer [emu:tokens=600] [emu:tps=100]") == 202
+        url = f"{a.base_url}/sessions/{session_id}/events"
+        seen = []
+        async with http.get(url, headers={"Last-Event-ID": "0"}) as response:
+            async for event in sse_events(response):
+                seen.append(event)
+                if event["event"] == "assistant_text" and len(seen) == 12:
+                    own_redis.kill()
+        # The stream was told why it ended, with the last id it had sent.
+        assert seen[-1]["event"] == "error"
+        assert seen[-1]["data"]["code"] == "store_unavailable" and seen[-1]["data"]["recoverable"] is True
+        last_seen = ids_of(seen)[-1]
+        assert seen[-1]["data"]["last_id"] == last_seen
+        # New work is refused with a clear body; health says so; the process lives on.
+        async with http.post(f"{a.base_url}/sessions") as response:
+            assert response.status == 503
+            body = await response.json()
+            assert body["code"] == "store_unavailable" and "Redis" in body["error"]
+            assert response.headers["Retry-After"] == "1"
+        async with http.get(f"{a.base_url}/healthz") as response:
+            assert response.status == 503
+            assert (await response.json())["store"]["connected"] is False
+        assert a.running
+        own_redis.start()
+        # The client resumes where it was; every event it had acknowledged is still there.
+        every = await poll_all(http, a, session_id)
+        assert [e["id"] for e in every][:last_seen] == ids_of(seen)
+        assert every[:last_seen] == payloads(seen)
+        assert every[-1]["type"] in {"done", "error"}
+        async with http.get(f"{a.base_url}/healthz") as response:
+            assert response.status == 200 and (await response.json())["store"]["connected"] is True
+        assert await post_message(http, a, session_id, "back again [emu:tokens=3]") == 202
+
+
+async def resuming_reader(
+    http: aiohttp.ClientSession, instances: list[ServiceProcess], session_id: str, deadline: float
+) -> list[dict[str, Any]]:
+    """A client that reconnects with its last id, switching instances, until the query's end."""
+    events: list[dict[str, Any]] = []
+    turn = 0
+    while time.monotonic() < deadline:
+        instance = instances[turn % len(instances)]
+        turn += 1
+        url = f"{instance.base_url}/sessions/{session_id}/events"
+        last = ids_of(events)[-1] if ids_of(events) else 0
+        try:
+            async with http.get(url, headers={"Last-Event-ID": str(last)}) as response:
+                if response.status == 503:
+                    await asyncio.sleep(0.05)  # the store is coming back: the client's backoff
+                    continue
+                assert response.status == 200, await response.text()
+                async for event in sse_events(response):
+                    if "id" in event:
+                        events.append(event)
+                        if terminal(event):
+                            return events
+        except aiohttp.ClientError:
+            await asyncio.sleep(0.05)
+    raise AssertionError(f"session {session_id} did not finish; got {len(events)} events")
+
+
+async def test_redis_restarted_under_load_loses_no_acknowledged_event(own_redis: RedisServer) -> None:
+    env = instance_env(own_redis.url, "restart")
+    async with ServiceProcess(env) as a, ServiceProcess(env) as b, aiohttp.ClientSession() as http:
+        instances = [a, b]
+        sessions = []
+        for n in range(6):
+            session_id = await create_session(http, instances[n % 2])
+            text = f"story {n} [emu:tokens=400] [emu:tps=150]"
+            assert await post_message(http, instances[n % 2], session_id, text) == 202
+            sessions.append(session_id)
+        deadline = time.monotonic() + 40
+        readers = [
+            asyncio.create_task(resuming_reader(http, instances[n % 2 :] + instances[: n % 2], sid, deadline))
+            for n, sid in enumerate(sessions)
+        ]
+        # Restart Redis while every query is streaming.
+        await read_events(
+            http, a, sessions[0], stop=lambda got: sum(e["event"] == "assistant_text" for e in got) >= 40
+        )
+        await asyncio.to_thread(own_redis.restart)
+        results = await asyncio.gather(*readers)
+        for session_id, events in zip(sessions, results, strict=True):
+            every = await poll_all(http, a, session_id)
+            # Nothing the readers were sent is lost or changed, nothing came twice.
+            assert ids_of(events) == [e["id"] for e in every]
+            assert payloads(events) == every
+            assert every[-1]["type"] in {"done", "error"}
+    assert own_redis.running
+
+
+async def test_deleting_a_running_session_on_the_other_instance_ends_every_stream(
+    pair: tuple[ServiceProcess, ServiceProcess],
+) -> None:
+    a, b = pair
+    async with aiohttp.ClientSession() as http:
+        session_id = await create_session(http, a)
+        assert await post_message(http, a, session_id, "slow [emu:tokens=2000] [emu:tps=50]") == 202
+        watchers = [asyncio.create_task(read_events(http, instance, session_id)) for instance in (a, b)]
+        await read_events(
+            http, a, session_id, stop=lambda got: any(e["event"] == "assistant_text" for e in got)
+        )
+        async with http.delete(f"{b.base_url}/sessions/{session_id}") as response:
+            assert response.status == 204
+        for events in await asyncio.wait_for(asyncio.gather(*watchers), 10):
+            assert payloads(events)[-1]["type"] == "done" and payloads(events)[-1]["cancelled"] is True
+        for instance in (a, b):
+            async with http.get(f"{instance.base_url}/sessions/{session_id}") as response:
+                assert response.status == 404
