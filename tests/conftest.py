@@ -29,6 +29,8 @@ if SUITE_REDIS_URL == "auto":
     SUITE_REDIS_URL = redis_url_for_tests()
     atexit.register(stop_session_redis)
 _SUITE_PREFIXES: list[str] = []
+# The tests of several processes and of the test support choose their own stores.
+collect_ignore = ["cluster", "support"] if SUITE_REDIS_URL else []
 
 
 @atexit.register

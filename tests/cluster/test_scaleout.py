@@ -389,7 +389,8 @@ async def test_redis_restarted_under_load_loses_no_acknowledged_event(own_redis:
             # Nothing the readers were sent is lost or changed, nothing came twice.
             assert ids_of(events) == [e["id"] for e in every]
             assert payloads(events) == every
-            assert every[-1]["type"] in {"done", "error"}
+            # The queries rode the restart out: their appends were retried, none was lost.
+            assert every[-1]["type"] == "done", every[-1]
     assert own_redis.running
 
 
