@@ -74,6 +74,13 @@ class Settings(BaseSettings):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
 
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url_scheme(cls, value: str) -> str:
+        if value and value.partition("://")[0] not in {"redis", "rediss", "unix"}:
+            raise ValueError("must be a redis://, rediss:// or unix:// URL")
+        return value
+
     @model_validator(mode="after")
     def _openai_needs_url(self) -> Settings:
         if self.provider == "openai" and not self.openai_base_url:

@@ -34,6 +34,11 @@ def test_comma_separated_lists(monkeypatch: pytest.MonkeyPatch) -> None:
         ("AGENT_MAX_TURNS", "0"),
         ("AGENT_PROVIDER", "gpt"),
         ("AGENT_MAX_CONCURRENT_RUNS", "-1"),
+        ("AGENT_REDIS_URL", "localhost:6379"),
+        ("AGENT_REDIS_URL", "http://127.0.0.1:6379"),
+        ("AGENT_REDIS_LOCK_TTL_S", "0"),
+        ("AGENT_REDIS_PREFIX", "has spaces"),
+        ("AGENT_INSTANCE_ID", "a/b"),
     ],
 )
 def test_bad_value_names_the_variable(monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> None:

@@ -194,11 +194,16 @@ class RunManager:
         current = None
         progress: _Progress | None = None
         message = ""
+        partial = False
         if run is not None:
             progress, message = run.progress, run.message
         elif session.status == RUNNING and session.run_start_id:
             progress, message = _Progress(), session.run_message
-            for entry in await session.log.read(session.run_start_id, strict=False):
+            entries = await session.log.read(session.run_start_id, strict=False)
+            # A query so long that its own first events were purged can only be summed up
+            # from what is kept; the snapshot says so.
+            partial = bool(entries) and entries[0].id > session.run_start_id + 1
+            for entry in entries:
                 progress.observe(entry.event)
         if progress is not None:
             current = {
@@ -207,6 +212,8 @@ class RunManager:
                 "tool_calls": [call.model_dump() for call in progress.tool_calls],
                 "usage": progress.usage.model_dump(),
             }
+            if partial:
+                current["partial"] = True
         return {
             "status": session.status,
             "messages": session.messages,

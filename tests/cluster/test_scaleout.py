@@ -305,11 +305,21 @@ async def test_redis_down_gives_503_and_ends_streams_then_clients_resume(own_red
         assert await post_message(http, a, session_id, "a long answer [emu:tokens=600] [emu:tps=100]") == 202
         url = f"{a.base_url}/sessions/{session_id}/events"
         seen = []
+        ws = await http.ws_connect(f"{a.base_url}/ws")
+        await ws.send_json({"type": "subscribe", "session_id": session_id, "last_event_id": 0})
         async with http.get(url, headers={"Last-Event-ID": "0"}) as response:
             async for event in sse_events(response):
                 seen.append(event)
                 if event["event"] == "assistant_text" and len(seen) == 12:
                     own_redis.kill()
+        # A WebSocket subscription is told the same way, and the socket stays open.
+        frame: dict[str, Any] = {}
+        while frame.get("type") != "error":
+            frame = await ws.receive_json()
+        assert frame["code"] == "store_unavailable" and frame["session_id"] == session_id
+        await ws.send_json({"type": "ping"})
+        assert (await ws.receive_json())["type"] == "pong"
+        await ws.close()
         # The stream was told why it ended, with the last id it had sent.
         assert seen[-1]["event"] == "error"
         assert seen[-1]["data"]["code"] == "store_unavailable" and seen[-1]["data"]["recoverable"] is True
@@ -412,3 +422,42 @@ async def test_deleting_a_running_session_on_the_other_instance_ends_every_strea
         for instance in (a, b):
             async with http.get(f"{instance.base_url}/sessions/{session_id}") as response:
                 assert response.status == 404
+
+
+async def test_a_purged_resume_on_the_other_instance_gets_the_running_querys_snapshot(
+    redis_url: str, redis_prefix: str
+) -> None:
+    env = instance_env(redis_url, redis_prefix, AGENT_SESSION_EVENTS_MAX_BYTES="20000")
+    async with ServiceProcess(env) as a, ServiceProcess(env) as b, aiohttp.ClientSession() as http:
+        session_id = await create_session(http, a)
+        # A first, long answer fills the log past its bound; the second query then runs on A.
+        assert await post_message(http, a, session_id, "first [emu:tokens=600]") == 202
+        # A fresh connection follows a running query to its end (or says at once it is idle).
+        async with http.get(f"{a.base_url}/sessions/{session_id}/events") as response:
+            assert [event async for event in sse_events(response)]
+        async with http.get(f"{a.base_url}/sessions/{session_id}") as response:
+            after_first = (await response.json())["last_event_id"]
+        assert await post_message(http, a, session_id, "second [emu:tokens=2000] [emu:tps=100]") == 202
+        live = await read_events(
+            http,
+            a,
+            session_id,
+            after_first,
+            stop=lambda got: sum(e["event"] == "assistant_text" for e in got) >= 5,
+        )
+        async with http.get(
+            f"{b.base_url}/sessions/{session_id}/events", headers={"Last-Event-ID": "1"}
+        ) as response:
+            assert response.status == 410
+            body = await response.json()
+        current = body["snapshot"]["current_query"]
+        assert body["snapshot"]["status"] == "running" and "partial" not in current
+        assert current["message"] == "second [emu:tokens=2000] [emu:tps=100]"
+        started = next(
+            i for i, e in enumerate(live) if e["event"] == "processing" and "second" in e["data"]["message"]
+        )
+        text_so_far = "".join(e["data"]["text"] for e in live[started:] if e["event"] == "assistant_text")
+        assert current["text"].startswith(text_so_far) and text_so_far
+        assert len(body["snapshot"]["messages"]) == 2  # the first query's question and answer
+        async with http.post(f"{b.base_url}/sessions/{session_id}/cancel") as response:
+            assert (await response.json())["cancelled"] is True
