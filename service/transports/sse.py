@@ -14,6 +14,7 @@ away, aiohttp cancels the handler and the subscription ends with it; only ``/age
 from __future__ import annotations
 
 import asyncio
+import time
 from contextlib import aclosing
 from typing import Any
 
@@ -205,8 +206,56 @@ async def steps_stream(request: web.Request) -> web.StreamResponse:
     return response
 
 
+SELFTEST_MAX_TICKS = 1000
+SELFTEST_MAX_INTERVAL_MS = 60_000
+
+
+async def selftest_stream(request: web.Request) -> web.StreamResponse:
+    """``GET /selftest/stream?ticks=20&interval_ms=100&idle_ms=0``: timestamped ticks.
+
+    A client compares each tick's ``ts`` (the server's clock when it was written) with when it
+    arrived: ticks that arrive together although they were written ``interval_ms`` apart mean
+    something on the way buffers the stream; a ``Content-Encoding`` on the response means it was
+    compressed; a stream cut during the ``idle_ms`` pause before the last tick means something
+    closes idle streams. No model, no session: it tests the path, not the service.
+    """
+    services = request.app[SERVICES]
+    ticks = int_param(request, "ticks", minimum=1)
+    ticks = 20 if ticks is None else ticks
+    interval_ms = int_param(request, "interval_ms")
+    interval_ms = 100 if interval_ms is None else interval_ms
+    idle_ms = int_param(request, "idle_ms") or 0
+    if ticks > SELFTEST_MAX_TICKS:
+        raise json_error(400, f"ticks must be at most {SELFTEST_MAX_TICKS}")
+    if interval_ms > SELFTEST_MAX_INTERVAL_MS or idle_ms > SELFTEST_MAX_INTERVAL_MS * 5:
+        raise json_error(
+            400, f"interval_ms must be at most {SELFTEST_MAX_INTERVAL_MS}, idle_ms five times that"
+        )
+    async with _sse(request, services) as response:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        for n in range(1, ticks + 1):
+            if n > 1:
+                # Ticks keep to the schedule rather than drifting by each write's duration.
+                delay = started + (n - 1) * interval_ms / 1000 + (idle_ms / 1000 if n == ticks else 0)
+                await asyncio.sleep(max(0.0, delay - loop.time()))
+            tick = {
+                "type": "tick",
+                "n": n,
+                "of": ticks,
+                "ts": round(time.time(), 6),
+                "interval_ms": interval_ms,
+            }
+            if n == ticks:
+                tick["idle_ms"] = idle_ms
+            await response.send(encode(tick), id=str(n), event="tick")
+        await response.send(encode({"type": "end", "ticks": ticks}), event="end")
+    return response
+
+
 def add_routes(app: web.Application) -> None:
     """Register the SSE routes."""
+    app.router.add_get("/selftest/stream", selftest_stream)
     app.router.add_post("/agent/stream", agent_stream)
     app.router.add_get("/sessions/{session_id}/events", session_events)
     app.router.add_get("/sessions/{session_id}/stream", steps_stream)
