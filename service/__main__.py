@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import gc
-import logging
 import sys
 
 from aiohttp import web
 
 from service.config import Settings, SettingsError, load_settings
 from service.errors import AgentStreamError
+from service.logs import configure as configure_logging
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"agentstream: {error}", file=sys.stderr)
         raise SystemExit(2) from None
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(settings.log_format, settings.log_level)
     try:
         _serve(settings)
     except AgentStreamError as error:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
@@ -22,6 +22,7 @@ from service.core.log import MemoryEventLog
 from service.core.runs import RunManager
 from service.core.sessions import MemorySessionStore, SessionStore
 from service.errors import ProviderError
+from service.metrics import Metrics
 from service.monitor import LoopLagMonitor
 from service.providers.base import ModelProvider
 
@@ -41,6 +42,7 @@ class Services:
     provider: ModelProvider | None = None
     emulator: Any = None
     backend: Any = None  # the Redis backend when AGENT_REDIS_URL is set
+    metrics: Metrics = field(default_factory=Metrics)
 
 
 SERVICES = web.AppKey("services", Services)
@@ -96,6 +98,27 @@ async def _expire_sessions(sessions: SessionStore, ttl_s: float) -> None:
             log.info("expired %d idle session(s)", len(expired))
 
 
+def _track_state(services: Services) -> None:
+    """The gauges read at each scrape: runs in flight, and what this instance holds in memory."""
+    metrics, runs = services.metrics, services.runs
+    memory = services.sessions if isinstance(services.sessions, MemorySessionStore) else None
+    if memory is None:
+        memory = getattr(services.sessions, "local", None)  # Redis: the short-lived ones here
+    metrics.track("agentstream_runs_active", "Queries running on this instance.", lambda: runs.active)
+    if memory is not None:
+        held = memory
+
+        def log_bytes() -> float:
+            return float(sum(getattr(s.log, "size_bytes", 0) for s in held._sessions.values()))
+
+        metrics.track(
+            "agentstream_sessions_in_memory", "Sessions held in this process.", lambda: len(held._sessions)
+        )
+        metrics.track(
+            "agentstream_event_log_bytes", "Bytes of the event logs held in this process.", log_bytes
+        )
+
+
 def create_app(
     settings: Settings | None = None,
     *,
@@ -136,20 +159,24 @@ def create_app(
         backend, sessions = make_store(settings, memory_store)
     else:
         sessions = memory_store()
+    metrics = Metrics()
     services = Services(
         settings=settings,
         sessions=sessions,
         runs=RunManager(
             agent,
             store=sessions,
+            observer=metrics,
             default_max_turns=settings.max_turns,
             max_concurrent=settings.max_concurrent_runs,
         ),
         agent=agent,
         tools=executor,
-        monitor=LoopLagMonitor(),
+        monitor=LoopLagMonitor(on_sample=metrics.loop_lag.observe),
         backend=backend,
+        metrics=metrics,
     )
+    _track_state(services)
 
     app = web.Application(
         client_max_size=settings.max_request_bytes,

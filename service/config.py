@@ -66,6 +66,8 @@ class Settings(BaseSettings):
     ws_heartbeat_s: float = Field(20.0, gt=0)
     ws_idle_timeout_s: float = Field(300.0, gt=0)
     gc_tuning: bool = True
+    log_format: Literal["text", "json"] = "text"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     @field_validator("api_keys", "allowed_origins", "mcp_servers", mode="before")
     @classmethod

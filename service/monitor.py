@@ -9,13 +9,17 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
+from collections.abc import Callable
 
 
 class LoopLagMonitor:
     """Samples the loop's lag every ``interval`` seconds and keeps the last ``window`` samples."""
 
-    def __init__(self, interval: float = 0.02, window: int = 3000) -> None:
+    def __init__(
+        self, interval: float = 0.02, window: int = 3000, on_sample: Callable[[float], None] | None = None
+    ) -> None:
         self.interval = interval
+        self.on_sample = on_sample  # called with each lag in seconds (the metrics' histogram)
         # (when, lag) pairs; ``when`` is time.monotonic(), comparable across processes on Linux.
         self._samples: collections.deque[tuple[float, float]] = collections.deque(maxlen=window)
         self._task: asyncio.Task[None] | None = None
@@ -37,7 +41,10 @@ class LoopLagMonitor:
             before = time.monotonic()
             await asyncio.sleep(self.interval)
             now = time.monotonic()
-            self._samples.append((now, max(0.0, now - before - self.interval)))
+            lag = max(0.0, now - before - self.interval)
+            self._samples.append((now, lag))
+            if self.on_sample is not None:
+                self.on_sample(lag)
 
     def summary(self, since: float | None = None) -> dict[str, float]:
         """p50, p99 and max lag in ms over the window (or since a monotonic time), and the count."""

@@ -12,6 +12,7 @@ that claim as a fence, and the conversation is kept when the run ends.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import secrets
 from collections.abc import AsyncIterator
@@ -35,6 +36,7 @@ from service.core.events import (
 )
 from service.core.sessions import IDLE, RUNNING, Session, SessionStore
 from service.errors import Overloaded, RunInProgress, RunLost, StoreUnavailable
+from service.logs import run_id_var, session_id_var
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +50,27 @@ class Agent(Protocol):
     def run(self, messages: list[dict[str, Any]], user_text: str, max_turns: int) -> AsyncIterator[Event]:
         """Append the user's text to ``messages``, work, and yield events ending with done/error."""
         ...
+
+
+class RunObserver(Protocol):
+    """Told what the runs do, for metrics; every call is cheap and synchronous."""
+
+    def run_started(self, run_id: str, appended: int) -> None: ...
+
+    def event_logged(self, run_id: str, event: Event) -> None: ...
+
+    def run_finished(self, run_id: str, terminal: Event, appended: int) -> None: ...
+
+
+class _NoObserver:
+    def run_started(self, run_id: str, appended: int) -> None:
+        pass
+
+    def event_logged(self, run_id: str, event: Event) -> None:
+        pass
+
+    def run_finished(self, run_id: str, terminal: Event, appended: int) -> None:
+        pass
 
 
 @dataclass
@@ -114,11 +137,13 @@ class RunManager:
         agent: Agent,
         *,
         store: SessionStore | None = None,
+        observer: RunObserver | None = None,
         default_max_turns: int = 10,
         max_concurrent: int = 256,
     ) -> None:
         self._agent = agent
         self._store = store
+        self._observer = observer or _NoObserver()
         self._default_max_turns = default_max_turns
         self._max_concurrent = max_concurrent
         self._runs: dict[str, Run] = {}
@@ -168,6 +193,7 @@ class RunManager:
             )
             session.run_start_id = started.id
             await session.log.append(StatusChange(status=RUNNING), fence=run.fence)
+            self._observer.run_started(run.id, appended=2)
         except BaseException:
             # Claimed by someone else, or the store failed: nothing runs, nothing is held here.
             self._forget(run)
@@ -175,7 +201,11 @@ class RunManager:
                 with _suppress_store_errors(run):
                     await self._store_finish(run, [])
             raise
-        run.task = asyncio.create_task(self._drive(run), name=f"run-{session.id}")
+        # The run's task starts from a copy of this context: its log lines carry both ids.
+        context = contextvars.copy_context()
+        context.run(session_id_var.set, session.id)
+        context.run(run_id_var.set, run.id)
+        run.task = asyncio.create_task(self._drive(run), name=f"run-{session.id}", context=context)
         return run
 
     def _forget(self, run: Run) -> None:
@@ -278,8 +308,10 @@ class RunManager:
         )
 
     async def _drive(self, run: Run) -> None:
+        log.info("query started (max %d turns)", run.max_turns)
         session, progress = run.session, run.progress
         event_log = session.log
+        observer = self._observer
         try:
             async for event in self._agent.run(session.messages, run.message, run.max_turns):
                 if is_terminal(event):
@@ -288,6 +320,7 @@ class RunManager:
                 # Logged first, then counted: a snapshot never runs ahead of the log's last id.
                 await event_log.append(event, fence=run.fence)
                 progress.observe(event)
+                observer.event_logged(run.id, event)
                 if isinstance(event, TurnCompleted | PlanCreated):
                     session.usage = session.usage + event.usage
             await self._finish(
@@ -325,6 +358,12 @@ class RunManager:
         session.status = IDLE
         session.run_id, session.run_message, session.run_start_id = "", "", 0
         session.touch()
+        self._observer.run_finished(run.id, terminal, appended=2)
+        log.info(
+            "query ended: %s after %d turn(s)",
+            getattr(terminal, "code", None) or getattr(terminal, "stop_reason", None) or terminal.type,
+            run.progress.turns,
+        )
         with _suppress_store_errors(run):
             await self._store_finish(run, [StatusChange(status=IDLE), terminal])
 

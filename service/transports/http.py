@@ -7,9 +7,10 @@ never a 500 (see the error middleware).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import aclosing
 from typing import Annotated, Any, TypeVar
 
@@ -27,6 +28,7 @@ from service.errors import (
     SessionNotFound,
     StoreUnavailable,
 )
+from service.logs import session_id_var
 from service.transports import dialects
 from service.transports.auth import owner_of
 
@@ -99,6 +101,9 @@ async def error_middleware(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
     """Give every error a JSON body and the right status; log only the server's own faults."""
+    session_id = request.match_info.get("session_id")
+    if session_id:
+        session_id_var.set(session_id)  # on every log line while this request is served
     try:
         return await handler(request)
     except web.HTTPException as exc:
@@ -266,7 +271,28 @@ async def healthz(request: web.Request) -> web.Response:
     )
 
 
+async def metrics(request: web.Request) -> web.Response:
+    """``GET /metrics``: Prometheus's text format; with ``AGENT_API_KEYS`` set the scraper sends a
+    key as a bearer token, like any client."""
+    from service.metrics import CONTENT_TYPE
+
+    body = request.app[SERVICES].metrics.render()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+
+@contextlib.contextmanager
+def open_connection(services: Services, transport: str) -> Iterator[None]:
+    """Count a streaming connection for as long as the block runs."""
+    gauge = services.metrics.connections.labels(transport)
+    gauge.inc()
+    try:
+        yield
+    finally:
+        gauge.dec()
+
+
 def add_routes(app: web.Application) -> None:
     """Register the JSON routes."""
     app.router.add_post("/agent/run", agent_run)
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", metrics)

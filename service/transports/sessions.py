@@ -122,6 +122,7 @@ async def poll_events(request: web.Request) -> web.Response:
         raise json_error(400, f"since_index {since} is ahead of the session's last event id {last}")
     oldest = await log.first_id()
     entries = await log.read(since, limit, strict=False)
+    services.metrics.events_delivered.labels("poll").inc(len(entries))
     body: dict[str, Any] = {
         "events": [dialects.session_payload(entry) for entry in entries],
         "next_index": entries[-1].id if entries else since,

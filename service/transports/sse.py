@@ -33,6 +33,7 @@ from service.transports.http import (
     end_ephemeral,
     follow_run,
     json_error,
+    open_connection,
     read_json,
     start_ephemeral,
 )
@@ -59,21 +60,31 @@ async def agent_stream(request: web.Request) -> web.StreamResponse:
     services = request.app[SERVICES]
     body = await read_json(request, AgentRequest)
     session = await start_ephemeral(services, body, owner_of(request))
+    delivered = services.metrics.events_delivered.labels("sse")
     try:
-        async with _sse(request, services, allow_all_methods=True) as response:
-            terminal_sent = False
-            async for event in follow_run(session):
-                payload = dialects.agent(event)
-                if payload is not None:
-                    await response.send(encode(payload))
-                terminal_sent = is_terminal(event)
-            if not terminal_sent:
-                # The log closed under us (the server is going away): say so rather than hang up.
-                await response.send(encode(dialects.agent(RunError(error="the stream ended early")) or {}))
+        with open_connection(services, "sse"):
+            response = await _agent_stream(request, services, session, delivered)
         return response
     finally:
         # Shielded: a second cancellation must not leave the run going with nobody to read it.
         await asyncio.shield(end_ephemeral(services, session))
+
+
+async def _agent_stream(
+    request: web.Request, services: Services, session: Session, delivered: Any
+) -> web.StreamResponse:
+    async with _sse(request, services, allow_all_methods=True) as response:
+        terminal_sent = False
+        async for event in follow_run(session):
+            payload = dialects.agent(event)
+            if payload is not None:
+                await response.send(encode(payload))
+                delivered.inc()
+            terminal_sent = is_terminal(event)
+        if not terminal_sent:
+            # The log closed under us (the server is going away): say so rather than hang up.
+            await response.send(encode(dialects.agent(RunError(error="the stream ended early")) or {}))
+    return response
 
 
 def _last_event_id(request: web.Request) -> int | None:
@@ -107,6 +118,13 @@ async def session_events(request: web.Request) -> web.StreamResponse:
             return web.json_response(
                 await purged_body(services, session, after, oldest), status=410, dumps=dialects.dumps
             )
+    with open_connection(services, "sse"):
+        return await _session_stream(request, services, session, after, last, running)
+
+
+async def _session_stream(
+    request: web.Request, services: Services, session: Session, after: int | None, last: int, running: bool
+) -> web.StreamResponse:
     async with _sse(request, services) as response:
         if after is None:
             # A fresh connection learns the status first (seed 002), then only what comes next.
@@ -133,6 +151,7 @@ async def _follow(
     """
     log = session.log
     settings = services.settings
+    delivered = services.metrics.events_delivered.labels("sse")
     subscription = log.subscribe(after, idle_timeout=settings.heartbeat_interval_s)
     last_sent = after
     # The status as of the last event sent: on a shared store the session object is a copy
@@ -155,6 +174,7 @@ async def _follow(
                     await response.send(data, id=str(entry.id), event=name, retry=retry)
                     retry = None
             last_sent = batch[-1].id
+            delivered.inc(len(batch))
             for entry in batch:
                 if isinstance(entry.event, StatusChange):
                     status = entry.event.status
@@ -196,13 +216,16 @@ async def steps_stream(request: web.Request) -> web.StreamResponse:
     check_length(services, query, "query")
     after = await session.log.last_id()
     await services.runs.start(session, query)
-    async with _sse(request, services) as response, aclosing(session.log.subscribe(after)) as batches:
-        async for batch in batches:
-            for entry in batch:
-                for payload in dialects.steps(entry.event):
-                    await response.send(encode(payload), id=str(entry.id))
-                if is_terminal(entry.event):
-                    return response
+    delivered = services.metrics.events_delivered.labels("sse")
+    with open_connection(services, "sse"):
+        async with _sse(request, services) as response, aclosing(session.log.subscribe(after)) as batches:
+            async for batch in batches:
+                for entry in batch:
+                    for payload in dialects.steps(entry.event):
+                        await response.send(encode(payload), id=str(entry.id))
+                        delivered.inc()
+                    if is_terminal(entry.event):
+                        return response
     return response
 
 

@@ -59,6 +59,7 @@ class Connection:
         self.ws = ws
         self.services = services
         self.owner = owner
+        self._delivered = services.metrics.events_delivered.labels("ws")
         settings = services.settings
         self.outbox: asyncio.Queue[str] = asyncio.Queue(maxsize=settings.ws_send_queue)
         self.send_timeout = settings.ws_send_timeout_s
@@ -312,6 +313,7 @@ class Connection:
                     for frame in frames:
                         await self.emit(frame)
                     self.cursors[session_id] = batch[-1].id
+                    self._delivered.inc(len(frames))
                     self._progressed()
                     if until_done and batch[-1].event.type in {"done", "error"}:
                         break
@@ -407,6 +409,8 @@ async def websocket(request: web.Request) -> web.StreamResponse:
     await ws.prepare(request)
     connection = Connection(ws, services, owner_of(request))
     request.app[SOCKETS].add(connection)
+    sockets = services.metrics.connections.labels("ws")
+    sockets.inc()
     try:
         while not ws.closed:
             try:
@@ -426,6 +430,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
     except _TooSlow:
         pass
     finally:
+        sockets.dec()
         request.app[SOCKETS].discard(connection)
         await connection.close()
     return ws

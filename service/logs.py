@@ -1,0 +1,57 @@
+"""Logging: plain text by default, or one JSON object per line with the session and run ids.
+
+The ids travel in context variables: a request sets the session it names, a run sets its own
+ids before its task starts (a task copies the context it was created in), so every line logged
+while serving that session or running that query carries them, even from deep in a provider.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import time
+
+session_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("session_id", default="")
+run_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("run_id", default="")
+
+
+class ContextFilter(logging.Filter):
+    """Put the current session and run ids on every record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.session_id = session_id_var.get()
+        record.run_id = run_id_var.get()
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """``{"ts", "level", "logger", "message", "session_id", "run_id", "exc"?}`` per line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = {
+            "ts": round(record.created, 6),
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            "session_id": getattr(record, "session_id", "") or None,
+            "run_id": getattr(record, "run_id", "") or None,
+        }
+        if record.exc_info:
+            line["exc"] = self.formatException(record.exc_info)
+        return json.dumps(line, ensure_ascii=False)
+
+
+def configure(log_format: str = "text", level: str = "INFO") -> None:
+    """Set up the root logger for ``python -m service``."""
+    handler = logging.StreamHandler()
+    handler.addFilter(ContextFilter())
+    if log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)

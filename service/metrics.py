@@ -1,0 +1,143 @@
+"""Prometheus metrics (``GET /metrics``) and the run observer that feeds most of them.
+
+Each application has its own registry, so two services in one process (the tests) never mix
+their figures. Counting is done where the work already is: the run manager tells the
+:class:`Metrics` about each logged event and each finished run; transports count connections and
+delivered events per batch, not per event. Figures that are a state rather than a count (runs
+active, sessions, event-log bytes) are read when Prometheus scrapes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from service.core.events import Event, RunDone, RunError, TextDelta, ToolExecuting, ToolResult, TurnCompleted
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+# Seconds: first tokens and model turns take from tens of ms to a minute; tools likewise.
+_LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+_LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
+
+
+class _StateCollector(Collector):
+    """Gauges computed at scrape time from callables (runs active, sessions, log bytes)."""
+
+    def __init__(self, readers: dict[str, tuple[str, Callable[[], float | None]]]) -> None:
+        self._readers = readers
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        for name, (help_text, read) in self._readers.items():
+            value = read()
+            if value is not None:
+                yield GaugeMetricFamily(name, help_text, value=value)
+
+
+class Metrics:
+    """The service's metrics in a registry of their own."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        registry = self.registry
+        self.connections = Gauge(
+            "agentstream_connections", "Open streaming connections.", ["transport"], registry=registry
+        )
+        self.runs_started = Counter("agentstream_runs_started", "Queries started.", registry=registry)
+        self.runs_finished = Counter(
+            "agentstream_runs_finished",
+            "Queries ended, by outcome (done, cancelled, error) and error code.",
+            ["outcome", "code"],
+            registry=registry,
+        )
+        self.events_appended = Counter(
+            "agentstream_events_appended", "Events logged by this instance's runs.", registry=registry
+        )
+        self.events_delivered = Counter(
+            "agentstream_events_delivered", "Events written to clients.", ["transport"], registry=registry
+        )
+        self.first_token = Histogram(
+            "agentstream_time_to_first_token_seconds",
+            "From a query's start to its first text token.",
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.model_turn = Histogram(
+            "agentstream_provider_latency_seconds",
+            "A model turn's latency as the provider reports it.",
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.tool_latency = Histogram(
+            "agentstream_tool_latency_seconds",
+            "Tool calls, from executing to result.",
+            ["tool", "outcome"],
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.loop_lag = Histogram(
+            "agentstream_event_loop_lag_seconds",
+            "How late the event loop wakes a task (sampled every 20 ms).",
+            buckets=_LAG_BUCKETS,
+            registry=registry,
+        )
+        self._state: dict[str, tuple[str, Callable[[], float | None]]] = {}
+        registry.register(_StateCollector(self._state))
+        # run id -> its start, and (run id, tool use id) -> when the tool began
+        self._run_started: dict[str, float] = {}
+        self._tools_started: dict[tuple[str, str], float] = {}
+
+    def track(self, name: str, help_text: str, read: Callable[[], float | None]) -> None:
+        """Report ``read()`` as the gauge ``name`` at every scrape (``None`` leaves it out)."""
+        self._state[name] = (help_text, read)
+
+    def render(self) -> bytes:
+        """The registry in Prometheus's text format."""
+        return generate_latest(self.registry)
+
+    # -- the run observer ---------------------------------------------------------------------
+
+    def run_started(self, run_id: str, appended: int) -> None:
+        self.runs_started.inc()
+        self.events_appended.inc(appended)
+        self._run_started[run_id] = time.monotonic()
+
+    def event_logged(self, run_id: str, event: Event) -> None:
+        self.events_appended.inc()
+        if isinstance(event, TextDelta):
+            started = self._run_started.pop(run_id, None)
+            if started is not None:
+                self.first_token.observe(time.monotonic() - started)
+        elif isinstance(event, TurnCompleted):
+            if event.latency_ms is not None:
+                self.model_turn.observe(event.latency_ms / 1000)
+        elif isinstance(event, ToolExecuting):
+            self._tools_started[(run_id, event.tool_use_id)] = time.monotonic()
+        elif isinstance(event, ToolResult):
+            began = self._tools_started.pop((run_id, event.tool_use_id), None)
+            if began is not None:
+                outcome = "error" if event.is_error else "ok"
+                self.tool_latency.labels(event.tool, outcome).observe(time.monotonic() - began)
+
+    def run_finished(self, run_id: str, terminal: Event, appended: int) -> None:
+        self.events_appended.inc(appended)
+        self._run_started.pop(run_id, None)
+        for key in [key for key in self._tools_started if key[0] == run_id]:
+            del self._tools_started[key]
+        if isinstance(terminal, RunDone):
+            outcome, code = ("cancelled" if terminal.cancelled else "done"), ""
+        elif isinstance(terminal, RunError):
+            outcome, code = "error", terminal.code
+        else:
+            outcome, code = "error", "unknown"
+        self.runs_finished.labels(outcome, code).inc()
+
+
+def delivered(metrics: Metrics | None, transport: str) -> Any:
+    """The counter child for events delivered over ``transport`` (``None`` without metrics)."""
+    return None if metrics is None else metrics.events_delivered.labels(transport)
