@@ -39,6 +39,7 @@ import resource
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,7 +83,7 @@ class IdCheck:
             self.last = last
 
 
-def check_ids(spans: list[tuple[int, int]] | list[int], after: int = 0) -> tuple[int, int]:
+def check_ids(spans: Iterable[int | tuple[int, int]], after: int = 0) -> tuple[int, int]:
     """``(lost, repeated)`` for a stream of ids (or ``(first_id, id)`` spans) read after ``after``."""
     check = IdCheck(after)
     for span in spans:
@@ -219,13 +220,14 @@ class Stats:
 class Probe:
     """One query's timings."""
 
-    __slots__ = ("stats", "t0", "ttft", "last_text")
+    __slots__ = ("stats", "t0", "ttft", "last_text", "end")
 
     def __init__(self, stats: Stats) -> None:
         self.stats = stats
         self.t0 = now()
         self.ttft: float | None = None
         self.last_text: float | None = None
+        self.end: float | None = None  # when `done` arrived
 
     def text(self, at: float) -> None:
         if self.last_text is None:
@@ -290,7 +292,7 @@ class Run:
 
     def record(self, mode: str, probe: Probe, failure: BaseException | None, ids: IdCheck | None) -> None:
         stats = self.stats
-        end = now()
+        end = probe.end or now()
         stats.finished += 1
         modes = stats.by_mode.setdefault(mode, Counter())
         e2e = None
@@ -397,6 +399,7 @@ class Run:
                     probe.text(at)
                 elif name == "done":
                     stats.count_events(counted, at)
+                    probe.end = at
                     return
                 elif name == "error":
                     stats.count_events(counted, at)
@@ -441,6 +444,7 @@ class Run:
                 if kind == "text_delta":
                     probe.text(at)
                 elif kind == "done":
+                    probe.end = at
                     return
                 elif kind == "error":
                     raise QueryFailed(f"error event ({json.loads(data).get('code')})")
@@ -525,6 +529,7 @@ class Run:
             if kind == "assistant_text":
                 probe.text(at)
             elif kind == "done":
+                probe.end = at
                 return
             elif kind == "error":
                 raise QueryFailed(f"error event ({frame.get('code')})")
@@ -941,7 +946,7 @@ def plot(stats: Stats, path: str) -> str:
     latency.set_ylabel("ms")
     latency.set_title("latency by the time the query was sent")
     latency.legend()
-    rate.plot(range(len(stats.event_bins)), stats.event_bins)
+    rate.step(range(len(stats.event_bins)), stats.event_bins, where="post")
     rate.set_ylabel("events/s")
     rate.set_xlabel("s since the start")
     figure.tight_layout()
