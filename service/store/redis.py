@@ -34,7 +34,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from service.core.events import EVENT_ADAPTER, Event, RunError, StatusChange, Usage, is_terminal
@@ -131,6 +131,13 @@ class RedisBackend:
             name: self.redis.register_script(getattr(scripts, name))
             for name in ("APPEND", "CREATE", "LOAD", "REAP", "CLAIM", "FINISH", "RENEW", "DELETE")
         }
+        # Claim renewals and session checks have connections of their own, so a busy pool of
+        # appends can never starve them (a claim that is not renewed in time interrupts a query).
+        self.control = aioredis.Redis.from_url(url, socket_timeout=5.0, **common)
+        self.control_scripts = {
+            name: self.control.register_script(getattr(scripts, name)) for name in ("RENEW", "REAP")
+        }
+        self.appender = _Appender(self)
         self.fanout = Fanout(self)
         self.runs: RunManager | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -196,6 +203,7 @@ class RedisBackend:
         self._tasks = []
         self.fanout.fail_all(StoreUnavailable("the service is shutting down"))
         await self.reader_redis.aclose()
+        await self.control.aclose()
         await self.redis.aclose()
 
     async def ping(self) -> bool:
@@ -244,9 +252,9 @@ class RedisBackend:
                 continue
             now = int(time.time() * 1000)
             try:
-                async with self.redis.pipeline(transaction=False) as pipe:
+                async with self.control.pipeline(transaction=False) as pipe:
                     for session_id, fence in claims:
-                        await self.scripts["RENEW"](
+                        await self.control_scripts["RENEW"](
                             keys=[
                                 self.lock_key(session_id),
                                 self.meta_key(session_id),
@@ -266,10 +274,100 @@ class RedisBackend:
                     asyncio.create_task(self.runs.cancel(session_id))
 
 
+class _Appender:
+    """Sends the appends of all this instance's runs to Redis together.
+
+    Each run awaits its own append, but while one pipeline of appends is on the wire, the appends
+    of every other run queue up and go in the next one: under load one round trip carries dozens
+    of events (and needs one connection, not dozens); alone, an append costs one round trip as
+    before. Appends of one session are never reordered (its run awaits each in turn).
+    """
+
+    MAX_BATCH = 512
+
+    def __init__(self, backend: RedisBackend) -> None:
+        self._backend = backend
+        self._queue: list[tuple[list[str], list[Any], asyncio.Future[Any]]] = []
+        self._flusher: asyncio.Task[None] | None = None
+        self.batches = 0  # pipelines sent, to see the batching at work
+        self.appends = 0
+
+    async def append(self, keys: list[str], args: list[Any]) -> Any:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._queue.append((keys, args, future))
+        if self._flusher is None:
+            self._flusher = asyncio.create_task(self._flush(), name="redis-appender")
+        return await future
+
+    async def _flush(self) -> None:
+        try:
+            while self._queue:
+                batch, self._queue = self._queue[: self.MAX_BATCH], self._queue[self.MAX_BATCH :]
+                await self._send(batch)
+        finally:
+            self._flusher = None
+            if self._queue:  # an append arrived as this task was ending
+                self._flusher = asyncio.create_task(self._flush(), name="redis-appender")
+
+    async def _send(self, batch: list[tuple[list[str], list[Any], asyncio.Future[Any]]]) -> None:
+        backend = self._backend
+        script = backend.scripts["APPEND"]
+        pending = batch
+        for _ in range(2):  # a second pass after Redis lost its scripts (a restart)
+            try:
+                with _store_errors():
+                    async with backend.redis.pipeline(transaction=False) as pipe:
+                        for keys, args, _future in pending:
+                            # EVALSHA directly: redis-py's script objects would check with
+                            # SCRIPT EXISTS first, a round trip per pipeline.
+                            pipe.evalsha(script.sha, len(keys), *keys, *args)
+                        results = await pipe.execute(raise_on_error=False)
+            except BaseException as exc:
+                for _keys, _args, future in pending:
+                    if not future.done():
+                        future.set_exception(
+                            exc if isinstance(exc, Exception) else StoreUnavailable(str(exc))
+                        )
+                if not isinstance(exc, Exception):
+                    raise
+                return
+            self.batches += 1
+            self.appends += len(pending)
+            missing = []
+            for (keys, args, future), result in zip(pending, results, strict=True):
+                if isinstance(result, NoScriptError):
+                    missing.append((keys, args, future))
+                elif future.done():
+                    continue
+                elif isinstance(result, Exception):
+                    future.set_exception(result)
+                else:
+                    future.set_result(result)
+            if not missing:
+                return
+            with contextlib.suppress(RedisError, OSError):
+                await backend.redis.script_load(scripts.APPEND)
+            pending = missing
+        for _keys, _args, future in pending:
+            if not future.done():
+                future.set_exception(StoreUnavailable("Redis refused the append script"))
+
+
 class _Tail:
     """One followed log on this instance: the newest entries, decoded once, and a wake-up."""
 
-    __slots__ = ("session_id", "key", "cursor", "entries", "changed", "closed", "failed", "refs", "status")
+    __slots__ = (
+        "session_id",
+        "key",
+        "cursor",
+        "entries",
+        "changed",
+        "closed",
+        "failed",
+        "refs",
+        "status",
+        "appended",
+    )
 
     def __init__(self, session_id: str, key: str, cursor: int, status: str) -> None:
         self.session_id = session_id
@@ -281,6 +379,9 @@ class _Tail:
         self.failed: StoreUnavailable | None = None
         self.refs = 0
         self.status = status
+        # Entries this instance appended, by id: the reader takes them instead of decoding the
+        # same JSON again.
+        self.appended: dict[int, LogEntry] = {}
 
     def wake(self) -> None:
         changed, self.changed = self.changed, asyncio.Event()
@@ -410,8 +511,9 @@ class Fanout:
                 # Entries were purged before this reader saw them: the cache must stay
                 # contiguous, so it starts over (readers further back go to Redis).
                 tail.entries.clear()
+                tail.appended.clear()
             tail.cursor = entry_id
-            entry = _decode(stream_id, fields)
+            entry = tail.appended.pop(entry_id, None) or _decode(stream_id, fields)
             if entry is None:
                 tail.closed = True
                 break
@@ -428,9 +530,9 @@ class Fanout:
         running = [tail for tail in self.tails.values() if tail.status == RUNNING]
         try:
             if running:
-                async with backend.redis.pipeline(transaction=False) as pipe:
+                async with backend.control.pipeline(transaction=False) as pipe:
                     for tail in running:
-                        await backend.scripts["REAP"](
+                        await backend.control_scripts["REAP"](
                             keys=backend.session_keys(tail.session_id),
                             args=[*backend.interrupt_args(), ""],
                             client=pipe,
@@ -439,7 +541,7 @@ class Fanout:
             if time.monotonic() - self._last_exists_check >= 5.0 and self.tails:
                 self._last_exists_check = time.monotonic()
                 tails = list(self.tails.values())
-                async with backend.redis.pipeline(transaction=False) as pipe:
+                async with backend.control.pipeline(transaction=False) as pipe:
                     for tail in tails:
                         pipe.exists(backend.meta_key(tail.session_id))
                     found = await pipe.execute()
@@ -484,11 +586,10 @@ class RedisEventLog(EventLog):
         raw = event.model_dump_json()
         ts = time.time()
         try:
-            with _store_errors():
-                entry_id = await backend.scripts["APPEND"](
-                    keys=backend.session_keys(self._session_id),
-                    args=[fence or "", raw, f"{ts:.6f}", len(raw), backend.max_bytes, backend.next_token()],
-                )
+            entry_id = await backend.appender.append(
+                backend.session_keys(self._session_id),
+                [fence or "", raw, f"{ts:.6f}", len(raw), backend.max_bytes, backend.next_token()],
+            )
         except ResponseError as exc:
             if "RUNLOST" in str(exc):
                 raise RunLost(f"session {self._session_id}: the run's claim expired") from None
@@ -496,7 +597,11 @@ class RedisEventLog(EventLog):
                 self._closed = True
                 raise RuntimeError("event log is closed") from None
             raise
-        return LogEntry(int(entry_id), event, len(raw), ts)
+        entry = LogEntry(int(entry_id), event, len(raw), ts)
+        tail = backend.fanout.tails.get(self._session_id)
+        if tail is not None and entry.id > tail.cursor and len(tail.appended) < TAIL_ENTRIES:
+            tail.appended[entry.id] = entry
+        return entry
 
     async def _range(self, after_id: int, limit: int | None) -> list[LogEntry]:
         backend = self._backend

@@ -163,3 +163,25 @@ async def test_session_cap_holds_across_instances(redis_url: str, redis_prefix: 
     finally:
         for store in stores:
             await store.backend.stop()
+
+
+async def test_concurrent_appends_share_round_trips(store: RedisSessionStore, backend: RedisBackend) -> None:
+    sessions = [await store.create() for _ in range(50)]
+    before = backend.appender.batches
+    for round_ in range(3):
+        entries = await asyncio.gather(*(s.log.append(TextDelta(text=f"r{round_}")) for s in sessions))
+        assert [entry.id for entry in entries] == [round_ + 1] * 50
+    # 150 appends from 50 sessions at once went in far fewer pipelines than appends.
+    assert backend.appender.batches - before <= 12
+    for session in sessions:
+        assert [e.event.text for e in await session.log.read(0)] == ["r0", "r1", "r2"]
+
+
+async def test_appends_survive_redis_forgetting_its_scripts(
+    store: RedisSessionStore, backend: RedisBackend
+) -> None:
+    session = await store.create()
+    await session.log.append(TextDelta(text="one"))
+    await backend.redis.script_flush()  # what a Redis restart does
+    entry = await session.log.append(TextDelta(text="two"))
+    assert entry.id == 2 and [e.id for e in await session.log.read(0)] == [1, 2]
