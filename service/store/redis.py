@@ -391,10 +391,16 @@ class _Tail:
         """The cached entries after ``cursor``; ``None`` when the cache does not reach back."""
         if cursor >= self.cursor:
             return []
-        if not self.entries or self.entries[0].id > cursor + 1:
+        entries = self.entries
+        if not entries or entries[0].id > cursor + 1:
             return None
-        first = self.entries[0].id
-        return list(itertools.islice(self.entries, cursor + 1 - first, None))
+        # The newest ``self.cursor - cursor`` entries, taken from the right end: O(batch).
+        wanted = self.cursor - cursor
+        if wanted == 1:
+            return [entries[-1]]
+        batch = list(itertools.islice(reversed(entries), wanted))
+        batch.reverse()
+        return batch
 
 
 class Fanout:
@@ -512,11 +518,12 @@ class Fanout:
                 # contiguous, so it starts over (readers further back go to Redis).
                 tail.entries.clear()
                 tail.appended.clear()
-            tail.cursor = entry_id
             entry = tail.appended.pop(entry_id, None) or _decode(stream_id, fields)
             if entry is None:
+                # The mark of a deleted session is not an event: the cursor stays on the last one.
                 tail.closed = True
                 break
+            tail.cursor = entry_id
             event = entry.event
             if isinstance(event, StatusChange):
                 tail.status = RUNNING if event.status == RUNNING else IDLE

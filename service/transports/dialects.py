@@ -239,6 +239,26 @@ def session_frame(entry: LogEntry) -> tuple[str, str]:
     return cached
 
 
+SSE_SEP = "\r\n"  # aiohttp-sse's separator, so every frame of a stream looks the same
+
+
+def sse_block(data: str, *, id: int | str | None = None, event: str | None = None) -> str:
+    """One SSE event block; ``data`` is compact JSON (one line)."""
+    head = "" if id is None else f"id: {id}{SSE_SEP}"
+    if event is not None:
+        head += f"event: {event}{SSE_SEP}"
+    return f"{head}data: {data}{SSE_SEP}{SSE_SEP}"
+
+
+def session_sse(entry: LogEntry) -> bytes:
+    """The entry's whole SSE block in the session dialect, encoded once for every subscriber."""
+    cached = entry.encoded.get("sse")
+    if cached is None:
+        name, data = session_frame(entry)
+        cached = entry.encoded["sse"] = sse_block(data, id=entry.id, event=name).encode()
+    return cached
+
+
 def merge_text_runs(batch: list[LogEntry]) -> list[tuple[int, str, str]]:
     """A lagging reader's batch with each run of adjacent text deltas merged into one event.
 

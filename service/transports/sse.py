@@ -31,7 +31,6 @@ from service.transports.http import (
     AgentRequest,
     check_length,
     end_ephemeral,
-    follow_run,
     json_error,
     open_connection,
     read_json,
@@ -73,18 +72,50 @@ async def agent_stream(request: web.Request) -> web.StreamResponse:
 async def _agent_stream(
     request: web.Request, services: Services, session: Session, delivered: Any
 ) -> web.StreamResponse:
+    timeout = services.settings.sse_send_timeout_s
     async with _sse(request, services, allow_all_methods=True) as response:
         terminal_sent = False
-        async for event in follow_run(session):
-            payload = dialects.agent(event)
-            if payload is not None:
-                await response.send(encode(payload))
-                delivered.inc()
-            terminal_sent = is_terminal(event)
+        async with aclosing(session.log.subscribe(0)) as batches:
+            async for batch in batches:
+                blocks = []
+                for entry in batch:
+                    payload = dialects.agent(entry.event)
+                    if payload is not None:
+                        blocks.append(dialects.sse_block(encode(payload)))
+                    terminal_sent = is_terminal(entry.event)
+                    if terminal_sent:
+                        break
+                if blocks:
+                    await write_blocks(request, response, "".join(blocks).encode(), timeout)
+                    delivered.inc(len(blocks))
+                if terminal_sent:
+                    break
         if not terminal_sent:
             # The log closed under us (the server is going away): say so rather than hang up.
             await response.send(encode(dialects.agent(RunError(error="the stream ended early")) or {}))
     return response
+
+
+async def write_blocks(
+    request: web.Request, response: EventSourceResponse, payload: bytes, timeout: float
+) -> None:
+    """Write several SSE blocks at once, with aiohttp-sse's rules for a client that stalls.
+
+    One write (and one timer) per batch of events instead of one per event: a batch costs a
+    subscriber one syscall at most, which is what lets one process feed thousands of them.
+    """
+    try:
+        async with asyncio.timeout(timeout):
+            await response.write(payload)
+    except ConnectionResetError:
+        response.stop_streaming()
+        raise
+    except TimeoutError:
+        # A stalled peer never drains the buffer; abort rather than wait on a graceful close.
+        response.stop_streaming()
+        if request.transport is not None:
+            request.transport.abort()
+        raise
 
 
 def _last_event_id(request: web.Request) -> int | None:
@@ -136,14 +167,19 @@ async def _session_stream(
             if not running:
                 return response
             after = last
-            await _follow(response, services, session, after)
+            await _follow(request, response, services, session, after)
         else:
-            await _follow(response, services, session, after, retry=services.settings.sse_retry_ms)
+            await _follow(request, response, services, session, after, retry=services.settings.sse_retry_ms)
     return response
 
 
 async def _follow(
-    response: EventSourceResponse, services: Services, session: Session, after: int, retry: int | None = None
+    request: web.Request,
+    response: EventSourceResponse,
+    services: Services,
+    session: Session,
+    after: int,
+    retry: int | None = None,
 ) -> None:
     """Write the session's events after ``after`` until the ``done`` that ends the log.
 
@@ -164,15 +200,25 @@ async def _follow(
                 await response.send(encode(heartbeat), event="heartbeat", retry=retry)
                 retry = None
                 continue
-            if len(batch) > settings.merge_deltas_after:
-                for entry_id, name, data in dialects.merge_text_runs(batch):
-                    await response.send(data, id=str(entry_id), event=name, retry=retry)
-                    retry = None
+            if retry is not None:
+                # The first frame also tells the browser how soon to reconnect.
+                name, data = dialects.session_frame(batch[0])
+                await response.send(data, id=str(batch[0].id), event=name, retry=retry)
+                retry = None
+                rest = batch[1:]
             else:
-                for entry in batch:
-                    name, data = dialects.session_frame(entry)
-                    await response.send(data, id=str(entry.id), event=name, retry=retry)
-                    retry = None
+                rest = batch
+            if len(rest) > settings.merge_deltas_after:
+                blocks = "".join(
+                    dialects.sse_block(data, id=entry_id, event=name)
+                    for entry_id, name, data in dialects.merge_text_runs(rest)
+                ).encode()
+            elif len(rest) == 1:
+                blocks = dialects.session_sse(rest[0])
+            else:
+                blocks = b"".join([dialects.session_sse(entry) for entry in rest])
+            if blocks:
+                await write_blocks(request, response, blocks, settings.sse_send_timeout_s)
             last_sent = batch[-1].id
             delivered.inc(len(batch))
             for entry in batch:
