@@ -96,3 +96,17 @@ async def test_eventsource_does_not_reconnect_in_a_loop_after_done(browser: Any,
     await page.wait_for_function("window.naive.readyState === 2", timeout=15_000)
     assert [status for _, _, status in event_requests()] == [200, 204]
     await page.close()
+
+
+async def test_the_connection_check_reports_a_live_path(browser: Any, served: Served) -> None:
+    """The page reads /selftest/stream and tells the user whether the path holds streams back."""
+    page = await open_page(browser, served, "?transport=sse")
+    await page.click("#selftest")
+    await page.wait_for_function("window.agentstream.selftest !== undefined", timeout=15_000)
+    result = await page.evaluate("window.agentstream.selftest")
+    assert result["ticks"] == 10 and result["ended"] is True
+    assert result["buffered"] is False and result["compressed"] is False
+    assert result["tookMs"] >= 900  # ten ticks 100 ms apart: they came as written, not at once
+    notice = await page.locator("#notice").inner_text()
+    assert notice.startswith("Connection check: streams arrive live")
+    await page.close()
