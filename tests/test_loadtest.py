@@ -156,3 +156,27 @@ def test_cli_help() -> None:
         "--plot",
     ):
         assert option in result.stdout
+
+
+async def test_selftest_sees_a_proxy_that_buffers_and_compresses(
+    client: TestClient, aiohttp_server: Any
+) -> None:
+    """A real proxy in front of the service that holds each response until it is complete."""
+    from aiohttp import web
+
+    async def proxy(request: web.Request) -> web.StreamResponse:
+        async with aiohttp.ClientSession() as http:
+            async with http.get(str(client.make_url(request.path_qs))) as upstream:
+                body = await upstream.read()
+        response = web.Response(body=body, content_type="text/event-stream")
+        response.enable_compression()
+        return response
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", proxy)
+    server = await aiohttp_server(app)
+    async with aiohttp.ClientSession(headers={"Accept-Encoding": "gzip"}) as http:
+        result = await loadtest.selftest(http, str(server.make_url("")), ticks=10, interval_ms=40, idle_ms=0)
+    assert result["available"] and result["ticks_received"] == 10
+    assert result["buffering"] is True and result["compressed"] is True, result["lines"]
+    assert "buffering" in result["problems"]
