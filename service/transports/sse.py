@@ -96,14 +96,24 @@ async def _agent_stream(
     return response
 
 
+UNTIMED_WRITE_BYTES = 32 * 1024
+
+
 async def write_blocks(
     request: web.Request, response: EventSourceResponse, payload: bytes, timeout: float
 ) -> None:
     """Write several SSE blocks at once, with aiohttp-sse's rules for a client that stalls.
 
-    One write (and one timer) per batch of events instead of one per event: a batch costs a
-    subscriber one syscall at most, which is what lets one process feed thousands of them.
+    One write per batch of events instead of one per event: a batch costs a subscriber one
+    syscall at most, which is what lets one process feed thousands of them. While the socket's
+    buffer is nearly empty the write cannot wait (asyncio pauses a writer only past its buffer's
+    high-water mark, 64 KiB), so no timer is armed; a client that stops reading fills the buffer
+    and then meets the timeout.
     """
+    transport = request.transport
+    if transport is not None and transport.get_write_buffer_size() + len(payload) < UNTIMED_WRITE_BYTES:
+        await response.write(payload)
+        return
     try:
         async with asyncio.timeout(timeout):
             await response.write(payload)

@@ -471,3 +471,27 @@ async def test_deleting_a_running_session_ends_its_streams(client: TestClient) -
 
 
 _ = aiohttp  # the client type comes from the fixture
+
+
+async def test_an_sse_client_that_stops_reading_is_dropped_after_the_send_timeout(
+    make_client: ClientFactory,
+) -> None:
+    import socket
+
+    client = await make_client(sse_send_timeout_s=0.3)
+    session_id = await new_session(client)
+    session = await services_of(client).sessions.get(session_id)
+    # A client with a tiny receive window that asks for the stream and never reads a byte.
+    await send(client, session_id, "A long story [emu:tokens=20000]")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    await loop.sock_connect(sock, (client.host, client.port))
+    request = f"GET /sessions/{session_id}/events?last_event_id=0 HTTP/1.1\r\nHost: x\r\n\r\n"
+    await loop.sock_sendall(sock, request.encode())
+    await asyncio.wait_for(session.log.wait_subscribers(1), 10)
+    # Its socket fills, the next write waits past the timeout, and the server lets it go.
+    await asyncio.wait_for(session.log.wait_subscribers(0), 20)
+    assert (await services_of(client).sessions.get(session_id)).status in {"running", "idle"}
+    sock.close()
