@@ -26,10 +26,21 @@ from typing import Any
 from service.core.events import Event
 from service.errors import EventsPurged
 
+# What an entry costs this process, measured with tracemalloc (tests/core/test_log.py): the event
+# object, its JSON and the wire encodings the transports cache on it come to about 1.2 KB plus
+# three times the event's JSON. The byte bound counts that, so it bounds the memory really used.
+ENTRY_OVERHEAD_BYTES = 1200
+ENTRY_JSON_FACTOR = 3
+
+
+def entry_bytes(json_length: int) -> int:
+    """The memory an entry of an event with that much JSON holds, as the byte bound counts it."""
+    return ENTRY_OVERHEAD_BYTES + ENTRY_JSON_FACTOR * json_length
+
 
 @dataclass(frozen=True, slots=True)
 class LogEntry:
-    """An event as stored: its id, the event, its size in bytes (its JSON) and when it came.
+    """An event as stored: its id, the event, its size as the log's bound counts it, and when it came.
 
     ``encoded`` caches each dialect's wire form of the entry, so an event sent to a thousand
     subscribers is projected and serialised once, not a thousand times.
@@ -124,7 +135,7 @@ class MemoryEventLog(EventLog):
         if self._closed:
             raise RuntimeError("event log is closed")
         self._last_id += 1
-        entry = LogEntry(self._last_id, event, len(event.model_dump_json()))
+        entry = LogEntry(self._last_id, event, entry_bytes(len(event.model_dump_json())))
         self._entries.append(entry)
         self._bytes += entry.size
         self._purge()

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
 from service.core.events import EVENT_ADAPTER, RunDone, TextDelta
-from service.core.log import MemoryEventLog
+from service.core.log import MemoryEventLog, entry_bytes
 from service.errors import EventsPurged
 
 
@@ -30,7 +31,7 @@ async def test_empty_log_ids() -> None:
 
 
 async def test_byte_bound_purges_oldest_and_always_keeps_the_new() -> None:
-    size = len(TextDelta(text="x" * 100).model_dump_json())
+    size = entry_bytes(len(TextDelta(text="x" * 100).model_dump_json()))
     log = MemoryEventLog(max_bytes=size * 3)
     for _ in range(10):
         await log.append(TextDelta(text="x" * 100))
@@ -135,3 +136,35 @@ def test_every_event_class_survives_a_round_trip_through_json() -> None:
             values[name] = samples[kind] if kind else {}
         event = cls(**values)
         assert module.EVENT_ADAPTER.validate_json(event.model_dump_json()) == event, cls
+
+
+async def test_the_byte_bound_counts_the_memory_an_entry_really_holds() -> None:
+    """tracemalloc against the log's count, for small and large events, with the encodings the
+    SSE and WebSocket transports cache on each entry."""
+    import gc
+    import tracemalloc
+
+    from service.core.events import ToolResult
+    from service.transports import dialects
+
+    def cache_encodings(entry: Any) -> None:
+        dialects.session_sse(entry)
+        entry.encoded["ws"] = dialects.ws_frame("a-session-id-of-22-chr", dialects.session_frame(entry)[1])
+
+    samples = [
+        (5000, lambda n: TextDelta(text=f"word{n} ")),
+        (1000, lambda n: ToolResult(tool="calculator", tool_use_id=f"tooluse_{n:020d}", result="x" * 2000)),
+    ]
+    tracemalloc.start()
+    try:
+        for count, make in samples:
+            log = MemoryEventLog(max_bytes=10**12)
+            gc.collect()
+            before = tracemalloc.get_traced_memory()[0]
+            for n in range(count):
+                cache_encodings(await log.append(make(n)))
+            gc.collect()
+            held = tracemalloc.get_traced_memory()[0] - before
+            assert 0.7 < log.size_bytes / held < 1.4, (log.size_bytes / count, held / count)
+    finally:
+        tracemalloc.stop()
