@@ -38,7 +38,7 @@ from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from service.core.events import EVENT_ADAPTER, Event, RunError, StatusChange, Usage, is_terminal
-from service.core.log import EventLog, LogEntry
+from service.core.log import EventLog, LogEntry, entry_bytes
 from service.core.sessions import IDLE, RUNNING, MemorySessionStore, Session, SessionStore, new_session_id
 from service.errors import RunInProgress, RunLost, SessionLimitReached, SessionNotFound, StoreUnavailable
 from service.store import scripts
@@ -591,11 +591,14 @@ class RedisEventLog(EventLog):
     async def append(self, event: Event, *, fence: str | None = None) -> LogEntry:
         backend = self._backend
         raw = event.model_dump_json()
+        size = entry_bytes(len(raw))
         ts = time.time()
         try:
+            # Sized as the memory log sizes it, so the one bound keeps the same history in both
+            # stores (an entry takes less in Redis, so Redis stays well within it).
             entry_id = await backend.appender.append(
                 backend.session_keys(self._session_id),
-                [fence or "", raw, f"{ts:.6f}", len(raw), backend.max_bytes, backend.next_token()],
+                [fence or "", raw, f"{ts:.6f}", size, backend.max_bytes, backend.next_token()],
             )
         except ResponseError as exc:
             if "RUNLOST" in str(exc):
@@ -604,7 +607,7 @@ class RedisEventLog(EventLog):
                 self._closed = True
                 raise RuntimeError("event log is closed") from None
             raise
-        entry = LogEntry(int(entry_id), event, len(raw), ts)
+        entry = LogEntry(int(entry_id), event, size, ts)
         tail = backend.fanout.tails.get(self._session_id)
         if tail is not None and entry.id > tail.cursor and len(tail.appended) < TAIL_ENTRIES:
             tail.appended[entry.id] = entry

@@ -5,7 +5,8 @@ Keys of a session (``P`` is ``AGENT_REDIS_PREFIX``):
 - ``P:s:<id>``      hash: owner, conversation, usage, status, the running query, ``last_id``,
   ``bytes`` (the log's kept size), ``tok`` (the last append's token, for safe retries)
 - ``P:s:<id>:log``  stream: one entry per event with the id ``<n>-0`` (``n`` is the event's
-  integer id), fields ``e`` (the event's JSON), ``t`` (when it was logged), ``n`` (its size);
+  integer id), fields ``e`` (the event's JSON), ``t`` (when it was logged), ``n`` (its size as the byte
+  bound counts it, the same as in memory);
   a last entry with the field ``c`` marks a deleted session
 - ``P:s:<id>:run``  string: the claim of the running query (``<instance>:<run id>``), with an expiry
 - ``P:sessions``    sorted set: session id -> when it expires (epoch ms), to count and cap sessions

@@ -427,7 +427,7 @@ async def test_deleting_a_running_session_on_the_other_instance_ends_every_strea
 async def test_a_purged_resume_on_the_other_instance_gets_the_running_querys_snapshot(
     redis_url: str, redis_prefix: str
 ) -> None:
-    env = instance_env(redis_url, redis_prefix, AGENT_SESSION_EVENTS_MAX_BYTES="20000")
+    env = instance_env(redis_url, redis_prefix, AGENT_SESSION_EVENTS_MAX_BYTES="200000")
     async with ServiceProcess(env) as a, ServiceProcess(env) as b, aiohttp.ClientSession() as http:
         session_id = await create_session(http, a)
         # A first, long answer fills the log past its bound; the second query then runs on A.

@@ -11,6 +11,7 @@ import struct
 from typing import Any
 
 import aiohttp
+import pytest
 from aiohttp.test_utils import TestClient
 
 from service.core.events import TextDelta
@@ -187,7 +188,7 @@ async def test_oversized_message_closes_with_1009(make_client: ClientFactory) ->
 
 
 async def test_purged_resume_over_websocket(make_client: ClientFactory) -> None:
-    client = await make_client(session_events_max_bytes=1024)
+    client = await make_client(session_events_max_bytes=8192)
     session_id = await new_session(client)
     async with client.post(f"/sessions/{session_id}/messages", json={"content": "long [emu:tokens=60]"}):
         pass
@@ -234,10 +235,17 @@ def _server_frames(data: bytes) -> tuple[list[tuple[int, bytes]], bytes]:
     return frames, data[offset:]
 
 
+@pytest.mark.timeout(180)  # 40,000 events through Redis in the suite's Redis pass take a while
 async def test_a_client_that_never_reads_is_closed_and_resumes_with_nothing_lost(
     make_client: ClientFactory,
 ) -> None:
-    client = await make_client(ws_send_queue=8, ws_send_timeout_s=0.3, merge_deltas_after=100_000)
+    # 40,000 events must all stay in the log for the resume (about 1.4 KB each as it counts them).
+    client = await make_client(
+        ws_send_queue=8,
+        ws_send_timeout_s=0.3,
+        merge_deltas_after=100_000,
+        session_events_max_bytes=100 * 1024 * 1024,
+    )
     services = services_of(client)
     session_id = await new_session(client)
     session = await services.sessions.get(session_id)
