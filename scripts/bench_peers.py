@@ -77,6 +77,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _benchlib import ROOT, free_port, percentile, wait_until_up  # noqa: E402
+from bench_fanout import new_session  # noqa: E402
 from bench_ws import cpu_seconds, fill_session, rss_bytes  # noqa: E402
 
 SCRIPTS = Path(__file__).resolve().parent
@@ -405,16 +406,6 @@ async def poll_all(http: aiohttp.ClientSession, url: str, session_id: str) -> li
         if not body["events"] or body["next_index"] <= since:
             return events
         since = body["next_index"]
-
-
-async def new_session(http: aiohttp.ClientSession, url: str, content: str | None = None) -> str:
-    """A session, with a query started on it when ``content`` is given."""
-    async with http.post(url + "/sessions", json={}) as response:
-        session_id = (await response.json())["id"]
-    if content is not None:
-        async with http.post(url + f"/sessions/{session_id}/messages", json={"content": content}) as response:
-            response.raise_for_status()
-    return session_id
 
 
 def write_json(directory: str, name: str, payload: Any) -> str:
