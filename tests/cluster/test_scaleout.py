@@ -117,6 +117,17 @@ def terminal(event: dict[str, Any]) -> bool:
     return event["data"].get("type") in {"done", "error"}
 
 
+async def slow_query_watched_on_both(
+    http: aiohttp.ClientSession, a: ServiceProcess, b: ServiceProcess
+) -> tuple[str, list[asyncio.Task[list[dict[str, Any]]]]]:
+    """A slow query started on ``a``, a watcher on each instance, returned once text flows."""
+    session_id = await create_session(http, a)
+    assert await post_message(http, a, session_id, "slow [emu:tokens=2000] [emu:tps=50]") == 202
+    watchers = [asyncio.create_task(read_events(http, instance, session_id)) for instance in (a, b)]
+    await read_events(http, b, session_id, stop=lambda got: any(e["event"] == "assistant_text" for e in got))
+    return session_id, watchers
+
+
 async def test_a_query_started_on_one_instance_is_watched_on_the_other_by_sse_websocket_and_polling(
     pair: tuple[ServiceProcess, ServiceProcess],
 ) -> None:
@@ -190,12 +201,7 @@ async def test_a_cancel_sent_to_the_other_instance_stops_the_query_for_every_wat
 ) -> None:
     a, b = pair
     async with aiohttp.ClientSession() as http:
-        session_id = await create_session(http, a)
-        assert await post_message(http, a, session_id, "slow [emu:tokens=2000] [emu:tps=50]") == 202
-        watchers = [asyncio.create_task(read_events(http, instance, session_id)) for instance in (a, b)]
-        await read_events(
-            http, b, session_id, stop=lambda got: any(e["event"] == "assistant_text" for e in got)
-        )
+        session_id, watchers = await slow_query_watched_on_both(http, a, b)
         async with http.post(f"{b.base_url}/sessions/{session_id}/cancel") as response:
             assert response.status == 202
             assert (await response.json())["cancelled"] is True
@@ -409,12 +415,7 @@ async def test_deleting_a_running_session_on_the_other_instance_ends_every_strea
 ) -> None:
     a, b = pair
     async with aiohttp.ClientSession() as http:
-        session_id = await create_session(http, a)
-        assert await post_message(http, a, session_id, "slow [emu:tokens=2000] [emu:tps=50]") == 202
-        watchers = [asyncio.create_task(read_events(http, instance, session_id)) for instance in (a, b)]
-        await read_events(
-            http, a, session_id, stop=lambda got: any(e["event"] == "assistant_text" for e in got)
-        )
+        session_id, watchers = await slow_query_watched_on_both(http, a, b)
         async with http.delete(f"{b.base_url}/sessions/{session_id}") as response:
             assert response.status == 204
         for events in await asyncio.wait_for(asyncio.gather(*watchers), 10):
