@@ -223,8 +223,12 @@ def main() -> None:
         metavar="ROUNDS",
         help="run ROUNDS times with the service's GC tuning off and on, and compare loop lag",
     )
-    parser.add_argument("--provider", choices=["bedrock", "openai"], default="bedrock",
-                        help="the wire the service reads the emulator over")
+    parser.add_argument(
+        "--provider",
+        choices=["bedrock", "openai"],
+        default="bedrock",
+        help="the wire the service reads the emulator over",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON only")
     parser.add_argument(
         "--attach",

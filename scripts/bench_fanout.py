@@ -53,7 +53,14 @@ class Stack:
         self.emulator_port, self.service_port = free_port(), free_port()
         self.emulator_url = f"http://127.0.0.1:{self.emulator_port}"
         self.url = f"http://127.0.0.1:{self.service_port}"
-        self.emulator_cmd = [sys.executable, "-m", "service.emulator", "--port", str(self.emulator_port), *emulator_args]
+        self.emulator_cmd = [
+            sys.executable,
+            "-m",
+            "service.emulator",
+            "--port",
+            str(self.emulator_port),
+            *emulator_args,
+        ]
         self.env = {
             "AGENT_PROVIDER": "bedrock",
             "AGENT_PORT": str(self.service_port),
@@ -98,8 +105,12 @@ async def live(args: argparse.Namespace) -> dict[str, Any]:
     raise_fd_limit(args.subscribers * 2 + 1024)
     async with Stack([]) as stack:
         connector = aiohttp.TCPConnector(limit=0)
-        async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as http:
-            session_id = await new_session(http, stack.url, f"live [emu:tokens={args.tokens}] [emu:tps={args.tps}] [emu:ttft=3000]")
+        async with aiohttp.ClientSession(
+            connector=connector, timeout=aiohttp.ClientTimeout(total=600)
+        ) as http:
+            session_id = await new_session(
+                http, stack.url, f"live [emu:tokens={args.tokens}] [emu:tps={args.tps}] [emu:ttft=3000]"
+            )
             latencies: list[float] = []
             connected = 0
             all_connected = asyncio.Event()
@@ -151,9 +162,12 @@ async def idle(args: argparse.Namespace) -> dict[str, Any]:
     raise_fd_limit(args.idle * 2 + 1024)
     async with Stack([]) as stack:
         connector = aiohttp.TCPConnector(limit=0)
-        async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as http:
+        async with aiohttp.ClientSession(
+            connector=connector, timeout=aiohttp.ClientTimeout(total=None)
+        ) as http:
             sessions = [
-                await new_session(http, stack.url, f"wait {n} [emu:ttft=600000]") for n in range(args.idle_sessions)
+                await new_session(http, stack.url, f"wait {n} [emu:ttft=600000]")
+                for n in range(args.idle_sessions)
             ]
             before = rss_bytes(stack.pid)
             responses = []
@@ -164,11 +178,16 @@ async def idle(args: argparse.Namespace) -> dict[str, Any]:
                 return response
 
             for start in range(0, args.idle, 1000):
-                responses += await asyncio.gather(*(open_one(n) for n in range(start, min(args.idle, start + 1000))))
+                responses += await asyncio.gather(
+                    *(open_one(n) for n in range(start, min(args.idle, start + 1000)))
+                )
             after = rss_bytes(stack.pid)
             for response in responses:
                 response.close()
-    return {"connections": len(responses), "rss_per_connection_bytes": round((after - before) / len(responses))}
+    return {
+        "connections": len(responses),
+        "rss_per_connection_bytes": round((after - before) / len(responses)),
+    }
 
 
 # -- replay -------------------------------------------------------------------------------------
@@ -193,7 +212,9 @@ def serve_ceiling(port: int, path: str) -> None:
     app = web.Application()
     app.router.add_get("/replay", replay)
     app.router.add_get("/healthz", health)
-    web.run_app(app, host="127.0.0.1", port=port, print=lambda *_: None, access_log=None, handler_cancellation=True)
+    web.run_app(
+        app, host="127.0.0.1", port=port, print=lambda *_: None, access_log=None, handler_cancellation=True
+    )
 
 
 async def read_replay(http: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> int:
@@ -211,7 +232,9 @@ async def replay(args: argparse.Namespace) -> dict[str, Any]:
     async with Stack([]) as stack:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
             session_id, _ = await fill_session(http, stack.url, args.replay_tokens)
-            async with http.get(stack.url + f"/sessions/{session_id}/events/poll?since_index=0&limit=100000") as response:
+            async with http.get(
+                stack.url + f"/sessions/{session_id}/events/poll?since_index=0&limit=100000"
+            ) as response:
                 polled = (await response.json())["events"]
             events = [(e["id"], e["type"], json.dumps(e, separators=(",", ":"))) for e in polled]
             with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
@@ -221,36 +244,54 @@ async def replay(args: argparse.Namespace) -> dict[str, Any]:
             with process(ceiling_cmd, {}) as ceiling:
                 await wait_until_up(f"http://127.0.0.1:{ceiling_port}/healthz")
                 targets = {
-                    "service": (stack.url + f"/sessions/{session_id}/events", {"Last-Event-ID": "0"}, stack.pid),
+                    "service": (
+                        stack.url + f"/sessions/{session_id}/events",
+                        {"Last-Event-ID": "0"},
+                        stack.pid,
+                    ),
                     "bare_aiohttp_sse": (f"http://127.0.0.1:{ceiling_port}/replay", {}, ceiling.pid),
                 }
                 rates: dict[str, list[tuple[float, float]]] = {name: [] for name in targets}
                 for _ in range(args.rounds):
                     for name, (url, headers, pid) in targets.items():
                         cpu_before, started = cpu_seconds(pid), time.monotonic()
-                        counts = await asyncio.gather(*(read_replay(http, url, headers) for _ in range(args.replay_subscribers)))
+                        counts = await asyncio.gather(
+                            *(read_replay(http, url, headers) for _ in range(args.replay_subscribers))
+                        )
                         elapsed, cpu = time.monotonic() - started, cpu_seconds(pid) - cpu_before
                         delivered = sum(counts)
                         if delivered != len(events) * args.replay_subscribers:
-                            raise RuntimeError(f"{name}: {delivered} events, expected {len(events) * args.replay_subscribers}")
+                            raise RuntimeError(
+                                f"{name}: {delivered} events, expected {len(events) * args.replay_subscribers}"
+                            )
                         rates[name].append((delivered / elapsed, cpu / delivered * 1e6))
             os.unlink(handle.name)
-    result: dict[str, Any] = {"events_in_log": len(events), "subscribers": args.replay_subscribers, "rounds": args.rounds}
+    result: dict[str, Any] = {
+        "events_in_log": len(events),
+        "subscribers": args.replay_subscribers,
+        "rounds": args.rounds,
+    }
     for name, runs in rates.items():
         result[name] = {
             "events_per_s": round(statistics.median(rate for rate, _ in runs)),
             "cpu_us_per_event": round(statistics.median(cost for _, cost in runs), 2),
         }
-    result["service_over_ceiling"] = round(result["service"]["events_per_s"] / result["bare_aiohttp_sse"]["events_per_s"], 2)
+    result["service_over_ceiling"] = round(
+        result["service"]["events_per_s"] / result["bare_aiohttp_sse"]["events_per_s"], 2
+    )
     return result
 
 
 def main() -> None:
     """Command line entry point."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--only", choices=["live", "idle", "replay"], action="append")
     parser.add_argument("--subscribers", type=int, default=1000)
-    parser.add_argument("--parsed", type=int, default=100, help="live subscribers that parse every event (spread evenly)")
+    parser.add_argument(
+        "--parsed", type=int, default=100, help="live subscribers that parse every event (spread evenly)"
+    )
     parser.add_argument("--tokens", type=int, default=500)
     parser.add_argument("--tps", type=float, default=50.0)
     parser.add_argument("--idle", type=int, default=10_000)
@@ -276,12 +317,18 @@ def main() -> None:
         print(f"  append-to-client latency: p50 {lat['p50']} ms, p99 {lat['p99']} ms, max {lat['max']} ms")
     if "idle" in result:
         r = result["idle"]
-        print(f"idle: {r['connections']:,} SSE connections, {r['rss_per_connection_bytes']:,} bytes of server RSS each")
+        print(
+            f"idle: {r['connections']:,} SSE connections, {r['rss_per_connection_bytes']:,} bytes of server RSS each"
+        )
     if "replay" in result:
         r = result["replay"]
-        print(f"replay: {r['events_in_log']} events to {r['subscribers']} subscribers, median of {r['rounds']} rounds")
+        print(
+            f"replay: {r['events_in_log']} events to {r['subscribers']} subscribers, median of {r['rounds']} rounds"
+        )
         for name in ("service", "bare_aiohttp_sse"):
-            print(f"  {name:17} {r[name]['events_per_s']:>9,} events/s, {r[name]['cpu_us_per_event']} us CPU per event")
+            print(
+                f"  {name:17} {r[name]['events_per_s']:>9,} events/s, {r[name]['cpu_us_per_event']} us CPU per event"
+            )
         print(f"  service / bare aiohttp-sse: {r['service_over_ceiling']}")
 
 

@@ -51,7 +51,9 @@ async def fill_session(http: aiohttp.ClientSession, url: str, tokens: int) -> tu
     """A session whose log holds a finished query of ``tokens`` text tokens; its id and last id."""
     async with http.post(url + "/sessions", json={}) as response:
         session_id = (await response.json())["id"]
-    async with http.post(url + f"/sessions/{session_id}/messages", json={"content": f"fill [emu:tokens={tokens}]"}):
+    async with http.post(
+        url + f"/sessions/{session_id}/messages", json={"content": f"fill [emu:tokens={tokens}]"}
+    ):
         pass
     while True:  # the query runs in the background; its status says when it is done
         async with http.get(url + f"/sessions/{session_id}") as response:
@@ -86,7 +88,9 @@ async def ws_reader(http: aiohttp.ClientSession, url: str, session_id: str, last
     return count
 
 
-async def fan_out(args: argparse.Namespace, url: str, pid: int, http: aiohttp.ClientSession) -> dict[str, Any]:
+async def fan_out(
+    args: argparse.Namespace, url: str, pid: int, http: aiohttp.ClientSession
+) -> dict[str, Any]:
     """Alternating rounds of SSE and WebSocket replay to the same number of subscribers."""
     session_id, last_id = await fill_session(http, url, args.tokens)
     results: dict[str, list[tuple[float, float]]] = {"sse": [], "ws": []}
@@ -94,7 +98,9 @@ async def fan_out(args: argparse.Namespace, url: str, pid: int, http: aiohttp.Cl
         for transport in ("sse", "ws"):
             cpu_before, started = cpu_seconds(pid), time.monotonic()
             if transport == "sse":
-                counts = await asyncio.gather(*(sse_reader(http, url, session_id) for _ in range(args.subscribers)))
+                counts = await asyncio.gather(
+                    *(sse_reader(http, url, session_id) for _ in range(args.subscribers))
+                )
             else:
                 counts = await asyncio.gather(
                     *(ws_reader(http, url, session_id, last_id) for _ in range(args.subscribers))
@@ -102,15 +108,23 @@ async def fan_out(args: argparse.Namespace, url: str, pid: int, http: aiohttp.Cl
             elapsed, cpu = time.monotonic() - started, cpu_seconds(pid) - cpu_before
             delivered = sum(counts)
             if delivered != last_id * args.subscribers:
-                raise RuntimeError(f"{transport}: {delivered} events delivered, expected {last_id * args.subscribers}")
+                raise RuntimeError(
+                    f"{transport}: {delivered} events delivered, expected {last_id * args.subscribers}"
+                )
             results[transport].append((delivered / elapsed, cpu / delivered * 1e6))
-    summary: dict[str, Any] = {"events_in_log": last_id, "subscribers": args.subscribers, "rounds": args.rounds}
+    summary: dict[str, Any] = {
+        "events_in_log": last_id,
+        "subscribers": args.subscribers,
+        "rounds": args.rounds,
+    }
     for transport, runs in results.items():
         summary[transport] = {
             "events_per_s": round(statistics.median(rate for rate, _ in runs)),
             "server_cpu_us_per_event": round(statistics.median(cost for _, cost in runs), 2),
         }
-    summary["ws_over_sse_events_per_s"] = round(summary["ws"]["events_per_s"] / summary["sse"]["events_per_s"], 2)
+    summary["ws_over_sse_events_per_s"] = round(
+        summary["ws"]["events_per_s"] / summary["sse"]["events_per_s"], 2
+    )
     return summary
 
 
@@ -162,7 +176,9 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         await wait_until_up(emulator_url + "/_emulator/records")
         await wait_until_up(url + "/healthz")
         connector = aiohttp.TCPConnector(limit=0)
-        async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as http:
+        async with aiohttp.ClientSession(
+            connector=connector, timeout=aiohttp.ClientTimeout(total=600)
+        ) as http:
             result = {"fan_out": await fan_out(args, url, service.pid, http)}
         if args.idle:
             result["idle_websockets"] = await idle_sockets(args, url, service.pid)
@@ -171,7 +187,9 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> None:
     """Command line entry point."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--subscribers", type=int, default=100)
     parser.add_argument("--tokens", type=int, default=990, help="text tokens of the query that fills the log")
     parser.add_argument("--rounds", type=int, default=3)
@@ -183,7 +201,9 @@ def main() -> None:
         print(json.dumps(result))
         return
     fan = result["fan_out"]
-    print(f"replay of {fan['events_in_log']} events to {fan['subscribers']} subscribers, median of {fan['rounds']} rounds")
+    print(
+        f"replay of {fan['events_in_log']} events to {fan['subscribers']} subscribers, median of {fan['rounds']} rounds"
+    )
     for transport in ("sse", "ws"):
         figures = fan[transport]
         print(
@@ -193,7 +213,9 @@ def main() -> None:
     print(f"  WebSocket / SSE events/s: {fan['ws_over_sse_events_per_s']}")
     if "idle_websockets" in result:
         idle = result["idle_websockets"]
-        print(f"{idle['connections']} idle WebSockets: {idle['rss_per_connection_bytes']:,} bytes of server RSS each")
+        print(
+            f"{idle['connections']} idle WebSockets: {idle['rss_per_connection_bytes']:,} bytes of server RSS each"
+        )
 
 
 if __name__ == "__main__":
