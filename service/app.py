@@ -109,10 +109,10 @@ def _track_state(services: Services) -> None:
         held = memory
 
         def log_bytes() -> float:
-            return float(sum(getattr(s.log, "size_bytes", 0) for s in held._sessions.values()))
+            return float(sum(getattr(s.log, "size_bytes", 0) for s in held.held()))
 
         metrics.track(
-            "agentstream_sessions_in_memory", "Sessions held in this process.", lambda: len(held._sessions)
+            "agentstream_sessions_in_memory", "Sessions held in this process.", lambda: len(held.held())
         )
         metrics.track(
             "agentstream_event_log_bytes", "Bytes of the event logs held in this process.", log_bytes

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -136,8 +135,3 @@ class Metrics:
         else:
             outcome, code = "error", "unknown"
         self.runs_finished.labels(outcome, code).inc()
-
-
-def delivered(metrics: Metrics | None, transport: str) -> Any:
-    """The counter child for events delivered over ``transport`` (``None`` without metrics)."""
-    return None if metrics is None else metrics.events_delivered.labels(transport)

@@ -12,10 +12,11 @@ that claim as a fence, and the conversation is kept when the run ends.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -34,7 +35,7 @@ from service.core.events import (
     Usage,
     is_terminal,
 )
-from service.core.sessions import IDLE, RUNNING, Session, SessionStore
+from service.core.sessions import IDLE, RUNNING, Session, SessionStore, append_unless_closed
 from service.errors import Overloaded, RunInProgress, RunLost, StoreUnavailable
 from service.logs import run_id_var, session_id_var
 
@@ -370,27 +371,15 @@ class RunManager:
     async def _store_finish(self, run: Run, events: list[Event]) -> None:
         if self._store is not None:
             await self._store.finish_run(run.session, run.fence, events)
-            return
-        for event in events:
-            if run.session.log.closed:
-                return
-            await run.session.log.append(event)
+        else:
+            await append_unless_closed(run.session.log, events)
 
 
-class _suppress_store_errors:
+@contextlib.contextmanager
+def _suppress_store_errors(run: Run) -> Iterator[None]:
     """Log, rather than raise, a store failure while a run ends: its claim then expires and
     watchers are told the query was interrupted."""
-
-    def __init__(self, run: Run) -> None:
-        self._run = run
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
-        if isinstance(exc, RunLost | StoreUnavailable):
-            log.warning(
-                "run %s of session %s could not end cleanly: %s", self._run.id, self._run.session.id, exc
-            )
-            return True
-        return False
+    try:
+        yield
+    except (RunLost, StoreUnavailable) as exc:
+        log.warning("run %s of session %s could not end cleanly: %s", run.id, run.session.id, exc)

@@ -47,6 +47,14 @@ class Session:
         self.last_active = time.monotonic()
 
 
+async def append_unless_closed(log: EventLog, events: list[Event]) -> None:
+    """Append ``events`` in order, stopping if the log was closed (its session deleted)."""
+    for event in events:
+        if log.closed:
+            return
+        await log.append(event)
+
+
 def new_session_id() -> str:
     """A random, URL-safe session id that cannot be guessed."""
     return secrets.token_urlsafe(16)
@@ -97,10 +105,7 @@ class SessionStore(abc.ABC):
     async def finish_run(self, session: Session, fence: str | None, events: list[Event]) -> None:
         """End the run in one step: keep the conversation and usage, append ``events`` (the
         status change and the terminal event), and give up the claim."""
-        for event in events:
-            if session.log.closed:
-                return
-            await session.log.append(event)
+        await append_unless_closed(session.log, events)
 
     async def cancel_elsewhere(self, session_id: str) -> bool:
         """Ask the instance running the session's query to cancel it; False when none runs."""
@@ -149,6 +154,13 @@ class MemorySessionStore(SessionStore):
 
     async def count(self) -> int:
         return len(self._sessions)
+
+    def held(self) -> list[Session]:
+        """The sessions held now (for the metrics read at scrape time)."""
+        return list(self._sessions.values())
+
+    def __contains__(self, session_id: str) -> bool:
+        return session_id in self._sessions
 
     async def expire_idle(self, now: float | None = None) -> list[str]:
         """Drop the idle sessions not active for ``ttl_s``; returns their ids."""

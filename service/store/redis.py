@@ -568,6 +568,9 @@ class RedisEventLog(EventLog):
         self._session_id = session_id
         self._status = status
         self._closed = False
+        # The keys every call names, made once per log rather than once per event.
+        self._keys = backend.session_keys(session_id)
+        self._meta_key, self._log_key = self._keys[0], self._keys[1]
 
     @property
     def closed(self) -> bool:
@@ -585,7 +588,7 @@ class RedisEventLog(EventLog):
     async def kept_bytes(self) -> int:
         backend = self._backend
         with _store_errors():
-            value = await backend.redis.hget(backend.meta_key(self._session_id), "bytes")
+            value = await backend.redis.hget(self._meta_key, "bytes")
         return int(value or 0)
 
     async def append(self, event: Event, *, fence: str | None = None) -> LogEntry:
@@ -597,7 +600,7 @@ class RedisEventLog(EventLog):
             # Sized as the memory log sizes it, so the one bound keeps the same history in both
             # stores (an entry takes less in Redis, so Redis stays well within it).
             entry_id = await backend.appender.append(
-                backend.session_keys(self._session_id),
+                self._keys,
                 [fence or "", raw, f"{ts:.6f}", size, backend.max_bytes, backend.next_token()],
             )
         except ResponseError as exc:
@@ -616,9 +619,7 @@ class RedisEventLog(EventLog):
     async def _range(self, after_id: int, limit: int | None) -> list[LogEntry]:
         backend = self._backend
         with _store_errors():
-            items = await backend.redis.xrange(
-                backend.log_key(self._session_id), min=f"{after_id + 1}-0", count=limit or None
-            )
+            items = await backend.redis.xrange(self._log_key, min=f"{after_id + 1}-0", count=limit or None)
         entries = []
         for stream_id, fields in items:
             entry = _decode(stream_id, fields)
@@ -668,15 +669,15 @@ class RedisEventLog(EventLog):
     async def last_id(self) -> int:
         backend = self._backend
         with _store_errors():
-            value = await backend.redis.hget(backend.meta_key(self._session_id), "last_id")
+            value = await backend.redis.hget(self._meta_key, "last_id")
         return int(value or 0)
 
     async def first_id(self) -> int:
         backend = self._backend
         with _store_errors():
             async with backend.redis.pipeline(transaction=False) as pipe:
-                pipe.xrange(backend.log_key(self._session_id), count=1)
-                pipe.hget(backend.meta_key(self._session_id), "last_id")
+                pipe.xrange(self._log_key, count=1)
+                pipe.hget(self._meta_key, "last_id")
                 first, last = await pipe.execute()
         if first and "c" not in first[0][1]:
             return _entry_id(first[0][0])
@@ -841,7 +842,7 @@ class RedisSessionStore(SessionStore):
             raise
 
     async def cancel_elsewhere(self, session_id: str) -> bool:
-        if session_id in self.local._sessions:
+        if session_id in self.local:
             return False
         backend = self.backend
         lock_key = backend.lock_key(session_id)
