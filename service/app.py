@@ -126,7 +126,7 @@ def create_app(
     provider: ModelProvider | None = None,
 ) -> web.Application:
     """Build the application; ``tools`` are offered beside the built-in ones."""
-    from service.transports import auth, http, sse, web_client, ws
+    from service.transports import auth, http, mcp, sse, web_client, ws
     from service.transports import sessions as session_routes
 
     settings = settings or load_settings()
@@ -245,5 +245,6 @@ def create_app(
     session_routes.add_routes(app)
     sse.add_routes(app)
     ws.add_routes(app)
+    mcp.add_routes(app)
     web_client.add_routes(app)
     return app

@@ -39,6 +39,8 @@ class Settings(BaseSettings):
     api_keys: CommaList = Field(default_factory=list)
     allowed_origins: CommaList = Field(default_factory=list)
     mcp_servers: CommaList = Field(default_factory=list)
+    mcp_max_sessions: int = Field(1000, ge=1)
+    mcp_session_ttl_s: float = Field(3600.0, gt=0)
     tool_timeout_s: float = Field(30.0, gt=0, le=3600)
     max_request_bytes: int = Field(1024 * 1024, ge=1024)
     max_message_chars: int = Field(100_000, ge=1)

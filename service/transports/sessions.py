@@ -110,19 +110,24 @@ async def cancel(request: web.Request) -> web.Response:
     return web.json_response({"id": session.id, "status": session.status, "cancelled": cancelled}, status=202)
 
 
-async def poll_events(request: web.Request) -> web.Response:
-    """``GET /sessions/{id}/events/poll?since_index=N``: the events after N and the next index."""
-    services, session = await session_of(request)
-    since = int_param(request, "since_index") or 0
-    limit = int_param(request, "limit", minimum=1) or services.settings.poll_max_events
-    limit = min(limit, services.settings.poll_max_events)
+class IndexAhead(ValueError):
+    """A polling index past the session's last event id."""
+
+
+async def poll(services: Services, session: Session, since: int, limit: int | None = None) -> dict[str, Any]:
+    """Seed 004's polling: the events after ``since`` (at most ``limit``) and the next index.
+
+    Shared by ``GET /sessions/{id}/events/poll`` and the MCP ``session_events`` tool. A
+    ``since`` older than the oldest kept event starts at the oldest kept one, says so
+    (``purged``) and adds a snapshot of what was lost.
+    """
+    limit = min(limit or services.settings.poll_max_events, services.settings.poll_max_events)
     log = session.log
     last = await log.last_id()
     if since > last:
-        raise json_error(400, f"since_index {since} is ahead of the session's last event id {last}")
+        raise IndexAhead(f"since_index {since} is ahead of the session's last event id {last}")
     oldest = await log.first_id()
     entries = await log.read(since, limit, strict=False)
-    services.metrics.events_delivered.labels("poll").inc(len(entries))
     body: dict[str, Any] = {
         "events": [dialects.session_payload(entry) for entry in entries],
         "next_index": entries[-1].id if entries else since,
@@ -132,8 +137,20 @@ async def poll_events(request: web.Request) -> web.Response:
         "purged": since < oldest - 1,
     }
     if body["purged"]:
-        # Polling starts at the oldest kept event and says so, with what was lost summed up.
         body["snapshot"] = dialects.jsonable(await services.runs.snapshot(session))
+    return body
+
+
+async def poll_events(request: web.Request) -> web.Response:
+    """``GET /sessions/{id}/events/poll?since_index=N``: the events after N and the next index."""
+    services, session = await session_of(request)
+    since = int_param(request, "since_index") or 0
+    limit = int_param(request, "limit", minimum=1)
+    try:
+        body = await poll(services, session, since, limit)
+    except IndexAhead as exc:
+        raise json_error(400, str(exc)) from None
+    services.metrics.events_delivered.labels("poll").inc(len(body["events"]))
     return web.json_response(body, dumps=dialects.dumps)
 
 

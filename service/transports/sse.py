@@ -43,11 +43,14 @@ NO_BUFFERING = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 encode = dialects.dumps
 
 
-def _sse(request: web.Request, services: Services, **kwargs: Any) -> Any:
+def event_stream(
+    request: web.Request, services: Services, *, headers: dict[str, str] | None = None, **kwargs: Any
+) -> Any:
+    """aiohttp-sse's response with the service's ping interval, send timeout and no-buffering headers."""
     settings = services.settings
     return sse_response(
         request,
-        headers=NO_BUFFERING,
+        headers={**NO_BUFFERING, **(headers or {})},
         ping_interval=settings.sse_ping_interval_s,
         send_timeout=settings.sse_send_timeout_s,
         **kwargs,
@@ -73,7 +76,7 @@ async def _agent_stream(
     request: web.Request, services: Services, session: Session, delivered: Any
 ) -> web.StreamResponse:
     timeout = services.settings.sse_send_timeout_s
-    async with _sse(request, services, allow_all_methods=True) as response:
+    async with event_stream(request, services, allow_all_methods=True) as response:
         terminal_sent = False
         async with aclosing(session.log.subscribe(0)) as batches:
             async for batch in batches:
@@ -166,7 +169,7 @@ async def session_events(request: web.Request) -> web.StreamResponse:
 async def _session_stream(
     request: web.Request, services: Services, session: Session, after: int | None, last: int, running: bool
 ) -> web.StreamResponse:
-    async with _sse(request, services) as response:
+    async with event_stream(request, services) as response:
         if after is None:
             # A fresh connection learns the status first (seed 002), then only what comes next.
             await response.send(
@@ -274,7 +277,10 @@ async def steps_stream(request: web.Request) -> web.StreamResponse:
     await services.runs.start(session, query)
     delivered = services.metrics.events_delivered.labels("sse")
     with open_connection(services, "sse"):
-        async with _sse(request, services) as response, aclosing(session.log.subscribe(after)) as batches:
+        async with (
+            event_stream(request, services) as response,
+            aclosing(session.log.subscribe(after)) as batches,
+        ):
             async for batch in batches:
                 for entry in batch:
                     for payload in dialects.steps(entry.event):
@@ -310,7 +316,7 @@ async def selftest_stream(request: web.Request) -> web.StreamResponse:
         raise json_error(
             400, f"interval_ms must be at most {SELFTEST_MAX_INTERVAL_MS}, idle_ms five times that"
         )
-    async with _sse(request, services) as response:
+    async with event_stream(request, services) as response:
         loop = asyncio.get_running_loop()
         started = loop.time()
         for n in range(1, ticks + 1):

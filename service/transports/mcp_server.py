@@ -1,0 +1,321 @@
+"""The MCP face's protocol side: the tools, built on the official SDK's low-level ``Server``.
+
+The SDK handles the protocol (``initialize`` negotiation, request validation, ``ping``,
+method-not-found, result shapes); this module gives it four tools over the same core the HTTP
+and WebSocket transports use, and the ``logging/setLevel`` handler that turns on event
+notifications. The HTTP side (:mod:`service.transports.mcp`) hands every request's aiohttp
+``Request`` to the handlers as ``ctx.request``; from it they take the services, the caller's
+owner id and the MCP session.
+
+Tools (seed 004):
+
+- ``session_message``: start a query, in a new session or an existing one; answers at once with
+  the session id and the index to poll from (``wait: true`` waits for the answer instead).
+- ``session_events``: the events after ``since_index`` and the next index, as
+  ``GET /sessions/{id}/events/poll``; unaffected by notifications.
+- ``session_status``: status, last event id, usage.
+- ``session_cancel``: stop the running query.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Awaitable, Callable
+from contextlib import aclosing
+from typing import TYPE_CHECKING, Annotated, Any
+
+import mcp_types as types
+from aiohttp import web
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from service.app import SERVICES, Services
+from service.core.events import RunDone, RunError, TextDelta, is_terminal
+from service.core.sessions import RUNNING, Session
+from service.errors import (
+    Overloaded,
+    RunInProgress,
+    SessionLimitReached,
+    SessionNotFound,
+    StoreUnavailable,
+)
+from service.transports import dialects
+from service.transports.auth import owner_of
+from service.transports.http import MaxTurns, Text
+from service.transports.sessions import IndexAhead, poll
+
+if TYPE_CHECKING:
+    from service.transports.mcp import McpSession
+
+SERVER_NAME = "agentstream"
+INSTRUCTIONS = (
+    "Agent sessions. Call session_message to ask a question (it returns at once with a session id; "
+    "pass that id again to continue the conversation). Follow the answer with session_events "
+    "(pass next_index back as since_index), or set a logging level and receive each event as a "
+    "log notification."
+)
+
+SessionId = Annotated[str, Field(min_length=1, max_length=128)]
+
+
+class _Arguments(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MessageArgs(_Arguments):
+    """``session_message``'s arguments."""
+
+    session_id: SessionId | None = Field(None, description="Continue this session; omit to start a new one.")
+    content: Text = Field(description="The user's message.")
+    max_turns: MaxTurns = Field(None, description="Model turns allowed for this query.")
+    wait: bool = Field(
+        False,
+        description="Answer only when the query has ended, with its final text (default: at once).",
+    )
+
+
+class EventsArgs(_Arguments):
+    """``session_events``'s arguments."""
+
+    session_id: SessionId
+    since_index: int = Field(0, ge=0, description="The last event id seen; 0 for the start.")
+    limit: int | None = Field(None, ge=1, description="At most this many events.")
+
+
+class SessionArgs(_Arguments):
+    """Arguments of the tools that take only a session id."""
+
+    session_id: SessionId
+
+
+class ToolFailed(Exception):
+    """A tool's own failure: reported to the model as a result with ``isError``."""
+
+
+def _schema(model: type[BaseModel]) -> dict[str, Any]:
+    schema = model.model_json_schema()
+    schema.pop("title", None)
+    for prop in schema.get("properties", {}).values():
+        prop.pop("title", None)
+    return schema
+
+
+TOOLS: dict[str, tuple[type[BaseModel], str]] = {
+    "session_message": (
+        MessageArgs,
+        "Send a message to an agent session (a new one unless session_id is given). The query runs "
+        "in the background: the reply names the session and the index to poll from. Its events "
+        "arrive as log notifications once a logging level is set.",
+    ),
+    "session_events": (
+        EventsArgs,
+        "The session's events after since_index, and next_index to pass as since_index next time.",
+    ),
+    "session_status": (SessionArgs, "A session's status (idle or running), last event id and token usage."),
+    "session_cancel": (SessionArgs, "Stop the query running in a session."),
+}
+
+
+def tool_list() -> list[types.Tool]:
+    """The tools, with JSON schemas made from their argument models."""
+    return [
+        types.Tool(name=name, description=description, input_schema=_schema(model))
+        for name, (model, description) in TOOLS.items()
+    ]
+
+
+def _result(payload: dict[str, Any], *, error: bool = False) -> types.CallToolResult:
+    text = dialects.dumps(payload)
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)],
+        structured_content=json.loads(text),
+        is_error=error,
+    )
+
+
+def _failure(message: str, **fields: Any) -> types.CallToolResult:
+    return _result({"error": message, **fields}, error=True)
+
+
+_DOMAIN_MESSAGES: dict[type[Exception], str] = {
+    SessionNotFound: "Session not found",
+    RunInProgress: "a query is already running in this session; wait for it or cancel it",
+    Overloaded: "the service is at its limit of concurrent queries; try again shortly",
+    SessionLimitReached: "the service holds as many sessions as it may; try again later",
+    StoreUnavailable: "session storage is unavailable; try again shortly",
+}
+
+
+class Tools:
+    """The four tools on one request's services, owner and MCP session."""
+
+    def __init__(self, request: web.Request, mcp_session: McpSession) -> None:
+        self.request = request
+        self.services: Services = request.app[SERVICES]
+        self.owner = owner_of(request)
+        self.mcp_session = mcp_session
+
+    async def _session(self, session_id: str) -> Session:
+        return await self.services.sessions.get_owned(session_id, self.owner)
+
+    async def session_message(self, args: MessageArgs, progress: Progress) -> dict[str, Any]:
+        services = self.services
+        if len(args.content) > services.settings.max_message_chars:
+            raise ToolFailed(f"content is longer than {services.settings.max_message_chars} characters")
+        if args.session_id is None:
+            session = await services.sessions.create(owner=self.owner)
+        else:
+            session = await self._session(args.session_id)
+        after = await session.log.last_id()
+        # Followed before the query starts, so the stream misses none of its events.
+        self.mcp_session.follow(session, after)
+        run = await services.runs.start(session, args.content, args.max_turns)
+        reply: dict[str, Any] = {
+            "session_id": session.id,
+            "status": RUNNING,
+            "run_id": run.id,
+            "after_id": after,
+            "next_index": after,
+        }
+        if args.wait:
+            reply.update(await _await_answer(session, after, progress))
+            reply["status"] = session.status
+        return reply
+
+    async def session_events(self, args: EventsArgs) -> dict[str, Any]:
+        session = await self._session(args.session_id)
+        try:
+            body = await poll(self.services, session, args.since_index, args.limit)
+        except IndexAhead as exc:
+            raise ToolFailed(str(exc)) from None
+        self.services.metrics.events_delivered.labels("mcp").inc(len(body["events"]))
+        return {"session_id": session.id, **body}
+
+    async def session_status(self, args: SessionArgs) -> dict[str, Any]:
+        session = await self._session(args.session_id)
+        log = session.log
+        return {
+            "session_id": session.id,
+            "status": session.status,
+            "last_event_id": await log.last_id(),
+            "oldest_id": await log.first_id(),
+            "usage": dialects.usage_dict(session.usage),
+            "messages": len(session.messages),
+            "running_query": session.run_message if session.status == RUNNING else None,
+            "followed": session.id in self.mcp_session.followed,
+        }
+
+    async def session_cancel(self, args: SessionArgs) -> dict[str, Any]:
+        session = await self._session(args.session_id)
+        cancelled = await self.services.runs.cancel(session.id)
+        return {"session_id": session.id, "cancelled": cancelled, "status": session.status}
+
+
+Progress = Callable[[float, str | None], Awaitable[None]]
+
+
+async def _await_answer(session: Session, after: int, progress: Progress) -> dict[str, Any]:
+    """Follow the query to its end; its text, and how it ended. Progress counts its events."""
+    text: list[str] = []
+    seen = 0
+    async with aclosing(session.log.subscribe(after)) as batches:
+        async for batch in batches:
+            for entry in batch:
+                seen += 1
+                event = entry.event
+                if isinstance(event, TextDelta):
+                    text.append(event.text)
+                if is_terminal(event):
+                    ended: dict[str, Any] = {"next_index": entry.id, "response": "".join(text)}
+                    if isinstance(event, RunDone):
+                        ended["done"] = dialects.session(event)
+                    elif isinstance(event, RunError):
+                        ended["error"] = dialects.session(event)
+                    return ended
+            await progress(float(seen), f"{seen} events")
+    raise ToolFailed("the session ended before the query finished")
+
+
+async def call_tool(
+    tools: Tools, name: str, arguments: dict[str, Any], progress: Progress
+) -> types.CallToolResult:
+    """Run one tool; its own failures become ``isError`` results, unknown names a protocol error."""
+    entry = TOOLS.get(name)
+    if entry is None:
+        raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {name}")
+    model = entry[0]
+    try:
+        args = model.model_validate(arguments)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in error['loc']) or 'arguments'}: {error['msg']}"
+            for error in exc.errors()
+        )
+        return _failure(f"invalid arguments for {name}: {problems}")
+    try:
+        if isinstance(args, MessageArgs):
+            return _result(await tools.session_message(args, progress))
+        if isinstance(args, EventsArgs):
+            return _result(await tools.session_events(args))
+        if name == "session_status":
+            return _result(await tools.session_status(args))  # type: ignore[arg-type]
+        return _result(await tools.session_cancel(args))  # type: ignore[arg-type]
+    except ToolFailed as exc:
+        return _failure(str(exc))
+    except tuple(_DOMAIN_MESSAGES) as exc:
+        code = type(exc).__name__
+        return _failure(_DOMAIN_MESSAGES[type(exc)], code=code)
+
+
+def build_server(
+    session_of: Callable[[web.Request], McpSession], exchange_of: Callable[[web.Request], Any]
+) -> Server[Any]:
+    """The SDK server: tools and logging, each handler reaching the core through ``ctx.request``."""
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=tool_list())
+
+    async def on_call_tool(
+        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        request: web.Request = ctx.request
+        exchange = exchange_of(request)
+
+        async def progress(done: float, message: str | None) -> None:
+            await exchange.progress(done, None, message)  # a no-op without a progress token
+
+        tools = Tools(request, session_of(request))
+        return await call_tool(tools, params.name, params.arguments or {}, progress)
+
+    async def set_level(
+        ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams
+    ) -> types.EmptyResult:
+        session_of(ctx.request).set_level(params.level)
+        return types.EmptyResult()
+
+    with warnings.catch_warnings():
+        # The SDK flags logging as deprecated for its 2026 protocol revision; this face speaks the
+        # handshake revisions, where logging/setLevel is how a client asks for notifications.
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        return Server(
+            SERVER_NAME,
+            version=_version(),
+            instructions=INSTRUCTIONS,
+            on_list_tools=list_tools,
+            on_call_tool=on_call_tool,
+            on_set_logging_level=set_level,
+        )
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("agentstream")
+    except PackageNotFoundError:
+        return "0"
