@@ -223,6 +223,7 @@ class McpSession:
     followed: dict[str, int] = field(default_factory=dict)  # agent session -> last id sent
     stream: McpStream | None = None
     last_seen: float = field(default_factory=time.monotonic)
+    resumed: int = 0  # GET streams opened with a Last-Event-ID
 
     def __post_init__(self) -> None:
         self.connection = Connection.for_loop(StandaloneChannel(self), session_id=self.id)
@@ -661,6 +662,7 @@ async def get(request: web.Request) -> web.StreamResponse:
     if isinstance(positions, web.Response):
         return positions
     if positions:
+        mcp.resumed += 1
         for session_id, event_id in positions.items():
             if session_id in mcp.followed:
                 mcp.followed[session_id] = event_id
