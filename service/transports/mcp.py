@@ -707,6 +707,9 @@ def add_routes(app: web.Application) -> None:
     services = app[SERVICES]
     registry = McpSessions(services)
     app[MCP_SESSIONS] = registry
+    services.metrics.track(
+        "agentstream_mcp_sessions", "MCP sessions held by this instance.", lambda: len(registry)
+    )
 
     async def close_sessions(app: web.Application) -> None:
         await registry.close_all()

@@ -828,3 +828,20 @@ async def test_a_foreign_origin_is_refused(client: TestClient) -> None:
         headers={"Origin": "http://evil.example", "Accept": "application/json"},
     )
     assert response.status == 403
+
+
+async def test_metrics_count_mcp_sessions_streams_and_notifications(client: TestClient) -> None:
+    received = Notifications()
+    async with connect(client, received) as mcp:
+        await mcp.set_logging_level("info")
+        session_id = (await call(mcp, "session_message", content="hello"))["session_id"]
+        events = await received.wait_done(session_id)
+        text = await (await client.get("/metrics")).text()
+    assert "agentstream_mcp_sessions 1.0" in text
+    assert 'agentstream_connections{transport="mcp"} 1.0' in text
+    delivered = next(
+        line
+        for line in text.splitlines()
+        if line.startswith('agentstream_events_delivered_total{transport="mcp"}')
+    )
+    assert float(delivered.split()[-1]) >= len(events)
