@@ -33,7 +33,6 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, get_args
 
@@ -187,25 +186,17 @@ class Exchange:
 
 
 class StandaloneChannel:
-    """The connection's outbound channel: the GET stream, when one is open."""
-
-    def __init__(self, owner: McpSession) -> None:
-        self._owner = owner
+    """The connection's own outbound channel, which the SDK would use for messages not tied to a
+    request. Nothing here sends any (session events go on the stream with log ids), so a message
+    that came this way would have no id to resume by: it is refused rather than sent unresumable."""
 
     async def send_raw_request(
         self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None
     ) -> dict[str, Any]:
         raise NoBackChannelError(method)
 
-    async def notify(
-        self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None
-    ) -> None:
-        stream = self._owner.stream
-        if stream is not None:
-            message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-            if params is not None:
-                message["params"] = dict(params)
-            stream.push_message(dialects.dumps(message))
+    async def notify(self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None) -> None:
+        log.debug("dropped %s: no request to answer it on", method)
 
 
 # --- MCP sessions ---
@@ -226,7 +217,7 @@ class McpSession:
     resumed: int = 0  # GET streams opened with a Last-Event-ID
 
     def __post_init__(self) -> None:
-        self.connection = Connection.for_loop(StandaloneChannel(self), session_id=self.id)
+        self.connection = Connection.for_loop(StandaloneChannel(), session_id=self.id)
         self.runner = ServerRunner(self.server, self.connection, None)
         self.in_flight: dict[types.RequestId, asyncio.Task[Any]] = {}
 
@@ -287,12 +278,13 @@ class McpSessions:
             session_of=lambda request: request[MCP_SESSION], exchange_of=lambda r: r[EXCHANGE]
         )
         self._sessions: dict[str, McpSession] = {}
+        self._next_sweep = time.monotonic() + self.ttl_s / 4
 
     def __len__(self) -> int:
         return len(self._sessions)
 
     def create(self, owner: str) -> McpSession:
-        if len(self._sessions) >= self.max_sessions:
+        if len(self._sessions) >= self.max_sessions or time.monotonic() >= self._next_sweep:
             self.expire()
             if len(self._sessions) >= self.max_sessions:
                 raise SessionLimitReached("MCP sessions")
@@ -314,7 +306,9 @@ class McpSessions:
         return session.stream is None and now - session.last_seen > self.ttl_s
 
     def expire(self) -> None:
+        """Drop the sessions idle (with no stream open) for longer than the TTL."""
         now = time.monotonic()
+        self._next_sweep = now + self.ttl_s / 4
         for session in [s for s in self._sessions.values() if self._expired(s, now)]:
             self._drop(session)
 
@@ -349,7 +343,7 @@ class _Gone:
     reason: str
 
 
-Item = tuple[str, list[LogEntry] | _Purged | _Gone] | str
+Item = tuple[str, list[LogEntry] | _Purged | _Gone]
 
 
 class McpStream:
@@ -360,7 +354,6 @@ class McpStream:
         self.queue: asyncio.Queue[Item] = asyncio.Queue(QUEUE_BATCHES)
         self.pumps: dict[str, asyncio.Task[None]] = {}
         self.closed = asyncio.Event()
-        self._raw: list[str] = []
 
     def start_all(self) -> None:
         for session_id in list(self.mcp.followed):
@@ -375,12 +368,6 @@ class McpStream:
         task = self.pumps.pop(session_id, None)
         if task is not None:
             task.cancel()
-
-    def push_message(self, data: str) -> None:
-        """A server-initiated message of the SDK's own (no event id); sent with the next write."""
-        self._raw.append(data)
-        with suppress(asyncio.QueueFull):
-            self.queue.put_nowait("")  # wakes the writer
 
     def close(self) -> None:
         self.closed.set()
@@ -418,10 +405,7 @@ class McpStream:
     def render(self, item: Item) -> list[str]:
         """The SSE blocks for one queue item; advances the followed positions."""
         mcp = self.mcp
-        blocks = [dialects.sse_block(raw) for raw in self._raw]
-        self._raw.clear()
-        if isinstance(item, str):
-            return blocks
+        blocks: list[str] = []
         session_id, what = item
         if session_id not in mcp.followed:
             return blocks  # unfollowed since the pump read it

@@ -17,6 +17,8 @@ import httpx2
 import mcp_types as types
 import pytest
 from aiohttp.test_utils import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
@@ -26,6 +28,17 @@ from service.transports.mcp import MCP_SESSIONS, McpSession, format_cursor, pars
 from tests.conftest import ClientFactory, services_of, sse_events
 
 WAIT_S = 15.0
+METHODS = [
+    "initialize",
+    "ping",
+    "tools/list",
+    "tools/call",
+    "logging/setLevel",
+    "notifications/initialized",
+    "notifications/cancelled",
+    "resources/list",
+    "server/discover",
+]
 
 
 class Notifications:
@@ -845,3 +858,104 @@ async def test_metrics_count_mcp_sessions_streams_and_notifications(client: Test
         if line.startswith('agentstream_events_delivered_total{transport="mcp"}')
     )
     assert float(delivered.split()[-1]) >= len(events)
+
+
+# --- waiting calls, cancellation, expiry, fuzzing ---
+
+
+async def open_waiting_call(raw: RawMcp, request_id: int, content: str) -> aiohttp.ClientResponse:
+    """A ``session_message`` with ``wait: true``, answered as an SSE stream."""
+    message = {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tools/call",
+        "params": {
+            "name": "session_message",
+            "arguments": {"content": content, "wait": True},
+            "_meta": {"progressToken": "p"},
+        },
+    }
+    headers = {**raw.headers, "Mcp-Session-Id": raw.session_id}
+    response = await raw.client.post("/mcp", json=message, headers=headers)
+    assert response.status == 200 and response.content_type == "text/event-stream"
+    return response
+
+
+async def test_a_waiting_call_whose_client_leaves_does_not_stop_the_query(client: TestClient) -> None:
+    raw = await RawMcp(client).start()
+    response = await open_waiting_call(raw, 77, "slow [emu:tps=50] [emu:tokens=30]")
+    _, progress = await anext(read_messages(response))
+    assert progress["method"] == "notifications/progress" and progress["params"]["progressToken"] == "p"
+    response.close()  # the client goes away mid-answer
+    (held,) = mcp_sessions(client)
+    session_id = next(iter(held.followed))
+    status = await raw.wait_idle(session_id)
+    page = await raw.tool("session_events", session_id=session_id, since_index=0)
+    assert page["events"][-1]["type"] == "done" and status["last_event_id"] == page["last_id"]
+    assert held.in_flight == {}
+
+
+async def test_notifications_cancelled_ends_a_waiting_call_without_a_reply(client: TestClient) -> None:
+    raw = await RawMcp(client).start()
+    response = await open_waiting_call(raw, 78, "slow [emu:tps=20] [emu:tokens=200]")
+    messages = read_messages(response)
+    await anext(messages)  # progress: the call is waiting
+    await raw.post("notifications/cancelled", {"requestId": 78, "reason": "user gave up"}, notify=True)
+    rest = [message async for _, message in messages]
+    assert all("id" not in message for message in rest)  # progress at most, never a result
+    (held,) = mcp_sessions(client)
+    assert held.in_flight == {}
+    # Cancelling the call is not cancelling the query: that is session_cancel's job.
+    session_id = next(iter(held.followed))
+    assert (await raw.tool("session_status", session_id=session_id))["status"] == "running"
+    assert (await raw.tool("session_cancel", session_id=session_id))["cancelled"] is True
+
+
+async def test_idle_mcp_sessions_expire_but_not_while_streaming(client: TestClient) -> None:
+    idle = await RawMcp(client).start()
+    streaming = await RawMcp(client).start()
+    async with streaming.stream() as response:
+        assert response.status == 200
+        ttl = services_of(client).settings.mcp_session_ttl_s
+        for held in mcp_sessions(client):
+            held.last_seen -= ttl + 1  # both were last seen longer ago than the TTL
+        gone = await client.post(
+            "/mcp",
+            json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+            headers={"Accept": "application/json", "Mcp-Session-Id": idle.session_id},
+        )
+        assert gone.status == 404
+        assert await streaming.post("ping") == {}
+    assert [held.id for held in mcp_sessions(client)] == [streaming.session_id]
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=12,
+)
+messages = st.fixed_dictionaries(
+    {
+        "jsonrpc": st.sampled_from(["2.0", "1.0", 2]),
+        "method": st.sampled_from(METHODS) | st.text(max_size=12),
+    },
+    optional={"id": st.integers() | st.text(max_size=8) | st.none(), "params": json_values},
+)
+
+
+@pytest.fixture
+async def started(client: TestClient) -> RawMcp:
+    """An initialized MCP session (shared by a property test's examples)."""
+    return await RawMcp(client).start()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=messages | json_values)
+async def test_no_message_gets_a_500(client: TestClient, started: RawMcp, body: Any) -> None:
+    headers = {**started.headers, "Mcp-Session-Id": started.session_id, "Content-Type": "application/json"}
+    response = await client.post("/mcp", data=json.dumps(body), headers=headers)
+    assert response.status in (200, 202, 400, 404), await response.text()
+    if response.status != 202:
+        reply = await response.json()
+        assert "error" in reply or "result" in reply
+    assert await started.post("ping") == {}  # the session survives whatever came before
