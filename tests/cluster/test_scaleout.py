@@ -462,3 +462,30 @@ async def test_a_purged_resume_on_the_other_instance_gets_the_running_querys_sna
         assert len(body["snapshot"]["messages"]) == 2  # the first query's question and answer
         async with http.post(f"{b.base_url}/sessions/{session_id}/cancel") as response:
             assert (await response.json())["cancelled"] is True
+
+
+async def test_mcp_clients_on_both_instances_follow_one_session(
+    pair: tuple[ServiceProcess, ServiceProcess],
+) -> None:
+    """An MCP client on each instance, one agent session: each gets every event it follows, once."""
+    from tests.transports.test_mcp import Notifications, call, connect, ids
+
+    a, b = pair
+    on_a_got, on_b_got = Notifications(), Notifications()
+    async with connect(f"{a.base_url}/mcp", on_a_got) as on_a, connect(f"{b.base_url}/mcp", on_b_got) as on_b:
+        await on_a.set_logging_level("debug")
+        await on_b.set_logging_level("debug")
+        session_id = (await call(on_a, "session_message", content="what is 2+3?"))["session_id"]
+        first = await on_a_got.wait_done(session_id)
+        # The conversation goes on through the other instance, and a script watches it there too.
+        async with aiohttp.ClientSession() as http:
+            await call(on_b, "session_message", session_id=session_id, content="and 3+4?")
+            watching = asyncio.ensure_future(read_events(http, b, session_id, first[-1]["id"]))
+            from_b = await on_b_got.wait_done(session_id)
+            from_a = await on_a_got.wait_done(session_id, count=2)
+            from_sse = await asyncio.wait_for(watching, 15)
+    last = from_a[-1]["id"]
+    assert ids(from_a) == list(range(1, last + 1))
+    assert ids(from_b) == list(range(first[-1]["id"] + 1, last + 1))
+    assert [int(event["id"]) for event in from_sse] == ids(from_b)
+    assert "7" in from_b[-1]["output"]

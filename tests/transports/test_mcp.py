@@ -108,21 +108,21 @@ def mcp_url(client: TestClient) -> str:
 
 @asynccontextmanager
 async def connect(
-    client: TestClient,
+    client: TestClient | str,
     notifications: Notifications | None = None,
     *,
     headers: dict[str, str] | None = None,
     transport: httpx2.AsyncBaseTransport | None = None,
 ) -> AsyncIterator[Client]:
-    """The SDK client on the service's ``/mcp``, in its default (auto-negotiating) mode."""
+    """The SDK client on the service's ``/mcp`` (a test client, or a URL), in its default
+    (auto-negotiating) mode."""
+    url = client if isinstance(client, str) else mcp_url(client)
     http = httpx2.AsyncClient(
         headers=headers or {}, transport=transport, timeout=httpx2.Timeout(30, read=300)
     )
     async with (
         http,
-        Client(
-            streamable_http_client(mcp_url(client), http_client=http), logging_callback=notifications
-        ) as mcp,
+        Client(streamable_http_client(url, http_client=http), logging_callback=notifications) as mcp,
     ):
         yield mcp
 
