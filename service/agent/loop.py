@@ -60,6 +60,7 @@ class AgentLoop:
         max_tokens: int = 4096,
         throttle_retries: int = 2,
         backoff_s: float = 0.5,
+        backoff_max_s: float = 8.0,
         planning: bool = False,
     ) -> None:
         self.provider = provider
@@ -68,6 +69,7 @@ class AgentLoop:
         self.max_tokens = max_tokens
         self.throttle_retries = throttle_retries
         self.backoff_s = backoff_s
+        self.backoff_max_s = backoff_max_s
         self.planning = planning
 
     async def run(
@@ -194,6 +196,12 @@ class AgentLoop:
             )
             return
 
+    def retry_delay(self, attempt: int) -> float:
+        """Exponential backoff from ``backoff_s``, capped at ``backoff_max_s``, with full jitter
+        in its upper half (so retries of many runs do not land together)."""
+        ceiling = min(self.backoff_max_s, self.backoff_s * (2**attempt))
+        return ceiling * (0.5 + random.random() / 2)
+
     async def _stream_turn(
         self, provider: ModelProvider, request: ModelRequest, turn: int, into: _Turn, *, emit: bool = True
     ) -> AsyncIterator[Event]:
@@ -211,13 +219,14 @@ class AgentLoop:
                 into.result = parser.result()
                 return
             except ModelStreamError as error:
-                # botocore already retried what failed before the stream; here only throttling
-                # is retried, and only when the client saw none of the turn yet: a replayed
-                # half-answer would show twice.
-                if error.code != "throttlingException" or emitted or attempt == self.throttle_retries:
+                # botocore retried what failed before the stream; an error inside it (throttling,
+                # modelStreamError, internalServer, serviceUnavailable) is retried here, and only
+                # while the client has seen none of the turn: a replayed half-answer would show
+                # twice. Validation and access errors are not retryable and end the turn at once.
+                if not error.retryable or emitted or attempt == self.throttle_retries:
                     into.error = error
                     return
-                await asyncio.sleep(self.backoff_s * (2**attempt) * (0.5 + random.random()))
+                await asyncio.sleep(self.retry_delay(attempt))
             except ProviderError as error:
                 into.error = error
                 return

@@ -52,8 +52,14 @@ __all__ = [
 ]
 
 # Exception events inside the stream that are worth retrying; the spelling is Bedrock's event key.
+# botocore never retries these (they arrive after the HTTP 200), so the agent loop does.
 RETRYABLE_STREAM_ERRORS = frozenset(
-    {"throttlingException", "serviceUnavailableException", "internalServerException"}
+    {
+        "throttlingException",
+        "serviceUnavailableException",
+        "internalServerException",
+        "modelStreamErrorException",
+    }
 )
 
 _RETRYABLE_STREAM_CODES = frozenset(code.lower() for code in RETRYABLE_STREAM_ERRORS)

@@ -196,6 +196,9 @@ class Plan:
     user_text: str = ""
     ttft_ms: float | None = None
     tokens_per_second: float | None = None
+    # ``[emu:stall]``: after this many output tokens the stream goes quiet for ``stall_ms``.
+    stall_after_tokens: int | None = None
+    stall_ms: float = 0.0
 
     @property
     def token_count(self) -> int:
@@ -482,8 +485,16 @@ def _invalid(message: str) -> Plan:
     return Plan(http_error=HttpError(400, "ValidationException", message))
 
 
-def plan_response(body: Any, *, default_tokens: int = DEFAULT_ANSWER_TOKENS) -> Plan:
-    """Decide the whole response to one ConverseStream request body."""
+STALL_FOREVER_MS = 3_600_000.0
+
+
+def plan_response(body: Any, *, default_tokens: int = DEFAULT_ANSWER_TOKENS, attempt: int = 1) -> Plan:
+    """Decide the whole response to one ConverseStream request body.
+
+    ``attempt`` counts identical requests (a client retrying): with ``[emu:fail_times=N]`` the
+    directive's failure (``http``, ``fail``, ``throttle``, ``stall``) applies to the first N
+    attempts only, and later ones are answered normally.
+    """
     if not isinstance(body, dict):
         return _invalid("The request body must be a JSON object.")
     messages = body.get("messages")
@@ -496,7 +507,9 @@ def plan_response(body: Any, *, default_tokens: int = DEFAULT_ANSWER_TOKENS) -> 
     ttft_ms = _float_value(directives, "ttft")
     tps = _float_value(directives, "tps")
 
-    http_error = _http_error(directives)
+    fail_times = _int_value(directives, "fail_times", None)
+    failing = fail_times is None or attempt <= fail_times
+    http_error = _http_error(directives) if failing else None
     if http_error is not None:
         return Plan(http_error=http_error, user_text=prompt, ttft_ms=ttft_ms, tokens_per_second=tps)
 
@@ -532,11 +545,24 @@ def plan_response(body: Any, *, default_tokens: int = DEFAULT_ANSWER_TOKENS) -> 
     fail = "throttlingException" if "throttle" in directives else None
     if directives.get("fail"):
         fail = _exception_type(directives["fail"])
-    if fail is not None:
+    if fail is not None and failing:
         after = _int_value(directives, "fail_after", DEFAULT_FAIL_AFTER)
         steps = _inject_failure(steps, fail, max(0, after or 0))
 
-    return Plan(steps=tuple(steps), user_text=prompt, ttft_ms=ttft_ms, tokens_per_second=tps)
+    stall_after: int | None = None
+    stall_ms = 0.0
+    if failing and ("stall" in directives or "stall_ms" in directives):
+        stall_after = max(0, _int_value(directives, "stall_after", DEFAULT_FAIL_AFTER) or 0)
+        stall_ms = _float_value(directives, "stall_ms") or STALL_FOREVER_MS
+
+    return Plan(
+        steps=tuple(steps),
+        user_text=prompt,
+        ttft_ms=ttft_ms,
+        tokens_per_second=tps,
+        stall_after_tokens=stall_after,
+        stall_ms=stall_ms,
+    )
 
 
 def _decide(

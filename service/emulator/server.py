@@ -15,6 +15,7 @@ pacing never competes with the loop of the service under test.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import threading
 import time
@@ -98,6 +99,37 @@ RECORDS_KEY = web.AppKey("emulator_records", RecordStore)
 _STREAMS_KEY = web.AppKey("emulator_streams", _StreamTasks)
 
 
+class _Stall:
+    """``[emu:stall]``: the stream goes quiet after a number of tokens, as a stuck upstream does."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.after = plan.stall_after_tokens
+        self.ms = plan.stall_ms
+        self.sent = 0
+
+    async def maybe(self, sent: int) -> None:
+        if self.after is not None and sent == self.after:
+            await asyncio.sleep(self.ms / 1000.0)
+
+    async def token_sent(self) -> None:
+        self.sent += 1
+        await self.maybe(self.sent)
+
+
+ATTEMPTS_KEY = web.AppKey("attempts", dict)
+MAX_REMEMBERED_REQUESTS = 10_000
+
+
+def _attempt(app: web.Application, raw: bytes) -> int:
+    """How many times this very request body has come (1 for the first): a client's retries."""
+    attempts: dict[str, int] = app[ATTEMPTS_KEY]
+    key = hashlib.sha256(raw).hexdigest()
+    if key not in attempts and len(attempts) >= MAX_REMEMBERED_REQUESTS:
+        attempts.pop(next(iter(attempts)))
+    attempts[key] = attempts.get(key, 0) + 1
+    return attempts[key]
+
+
 def create_emulator_app(config: EmulatorConfig | None = None) -> web.Application:
     """Build the emulator's aiohttp application."""
     config = config or EmulatorConfig()
@@ -105,6 +137,7 @@ def create_emulator_app(config: EmulatorConfig | None = None) -> web.Application
     app[CONFIG_KEY] = config
     app[RECORDS_KEY] = RecordStore(config.max_records)
     app[_STREAMS_KEY] = _StreamTasks()
+    app[ATTEMPTS_KEY] = {}
     # ".+" because a model ARN holds "/" (sent as %2F), which a plain {modelId} would refuse.
     app.router.add_post("/model/{modelId:.+}/converse-stream", _converse_stream)
     app.router.add_post("/v1/chat/completions", _chat_completions)
@@ -138,7 +171,7 @@ async def _converse_stream(request: web.Request) -> web.StreamResponse:
     except ValueError:
         plan = Plan(http_error=HttpError(400, "ValidationException", "The request body is not valid JSON."))
     else:
-        plan = plan_response(body, default_tokens=config.default_tokens)
+        plan = plan_response(body, default_tokens=config.default_tokens, attempt=_attempt(app, raw))
 
     record = store.open(request.match_info["modelId"], plan.user_text)
     if plan.http_error is not None:
@@ -193,6 +226,8 @@ async def _stream(
         if ttft_ms > 0:
             await asyncio.sleep(ttft_ms / 1000.0)
         pacer = _Pacer(interval, store, record)
+        stall = _Stall(plan)
+        await stall.maybe(0)
         for frame in frames:
             if frame.usage is not None:
                 latency_ms = int((time.monotonic() - record.started_at) * 1000)
@@ -201,6 +236,8 @@ async def _stream(
             await pacer.wait(frame.is_token)
             await response.write(frame.data)
             pacer.sent(frame.is_token)
+            if frame.is_token:
+                await stall.token_sent()
         await response.write_eof()
     except OSError:
         # aiohttp raises ConnectionResetError (an OSError) when writing to a closed client.
@@ -233,7 +270,9 @@ async def _chat_completions(request: web.Request) -> web.StreamResponse:
             message = 'Only streaming is supported: send "stream": true.'
             plan = Plan(http_error=HttpError(400, "ValidationException", message))
         else:
-            plan = plan_response(bedrock_request(body), default_tokens=config.default_tokens)
+            plan = plan_response(
+                bedrock_request(body), default_tokens=config.default_tokens, attempt=_attempt(app, raw)
+            )
     model = body.get("model") if isinstance(body, dict) and isinstance(body.get("model"), str) else ""
 
     record = store.open(model, plan.user_text)
@@ -290,6 +329,8 @@ async def _stream_openai(
         if ttft_ms > 0:
             await asyncio.sleep(ttft_ms / 1000.0)
         pacer = _Pacer(interval, store, record)
+        stall = _Stall(plan)
+        await stall.maybe(0)
         for chunk in rendering.chunks:
             if chunk.cut:
                 store.finish(record, "error", error_type=rendering.error_type)
@@ -300,6 +341,8 @@ async def _stream_openai(
             await pacer.wait(chunk.is_token)
             await response.write(chunk.data)
             pacer.sent(chunk.is_token)
+            if chunk.is_token:
+                await stall.token_sent()
         await response.write_eof()
     except OSError:
         store.finish(record, "client_closed")

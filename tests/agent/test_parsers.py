@@ -440,7 +440,7 @@ def test_no_metadata_means_zero_usage() -> None:
         ("throttlingException", True),
         ("serviceUnavailableException", True),
         ("internalServerException", True),
-        ("modelStreamErrorException", False),
+        ("modelStreamErrorException", True),
         ("validationException", False),
         ("brandNewException", False),
     ],
@@ -491,7 +491,7 @@ def client_error_response(code: str, message: str, status: int) -> dict[str, Any
         ("throttlingException", True),
         ("serviceUnavailableException", True),
         ("internalServerException", True),
-        ("modelStreamErrorException", False),
+        ("modelStreamErrorException", True),
         ("validationException", False),
     ],
 )
