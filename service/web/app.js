@@ -4,6 +4,14 @@
 // once (ids at or below `lastEventId` are ignored), so a reload replays the log from id 0 and
 // ends up exactly where a page that watched live would be, with no text repeated. Events reach
 // the page over a WebSocket subscription or an EventSource; both feed `applyEvent`.
+//
+// Reconnecting: a closed WebSocket is reopened and resubscribed from `lastEventId`; a failed
+// EventSource (the browser gives up for good on any non-200 answer, a 502/503 from a proxy
+// included) is recreated from `lastEventId`. Both wait `backoff` between attempts, doubling
+// from BACKOFF_START_MS up to BACKOFF_MAX_MS and starting over once a connection opens. The
+// page's query string may set both (in ms), e.g. `?backoff_ms=50&backoff_max_ms=200` (the
+// browser tests do, to see several retries within a second). `window.agentstream` shows the
+// next delay (`backoffMs`) and the retries scheduled so far (`retries`).
 "use strict";
 
 (function () {
@@ -15,8 +23,16 @@
   const TRANSPORT_KEY = "agentstream.transport";
   const API_KEY_KEY = "agentstream.apiKey";
   const PING_EVERY_MS = 20000;
-  const BACKOFF_START_MS = 1000;
-  const BACKOFF_MAX_MS = 10000;
+  const BACKOFF_START_MS = queryMs("backoff_ms", 1000);
+  const BACKOFF_MAX_MS = Math.max(BACKOFF_START_MS, queryMs("backoff_max_ms", 10000));
+  const RETRY_LOG_SIZE = 50;
+
+  // A positive whole number of milliseconds from the page's query string, or the default.
+  function queryMs(name, fallback) {
+    const raw = new URLSearchParams(location.search).get(name);
+    const value = raw === null ? NaN : Number(raw);
+    return Number.isInteger(value) && value > 0 && value <= 600000 ? value : fallback;
+  }
 
   // ---------------------------------------------------------------------------- elements
 
@@ -86,7 +102,8 @@
     socket: null,
     socketOpened: false,
     wsEverOpened: false,
-    backoff: BACKOFF_START_MS,
+    backoff: BACKOFF_START_MS, // the delay before the next reconnect attempt
+    retries: [], // the last RETRY_LOG_SIZE reconnects scheduled: {transport, delayMs, reason, at}
     reconnectTimer: null,
     pingTimer: null,
     source: null,
@@ -106,6 +123,9 @@
     get lastEventId() { return state.lastEventId; },
     get connection() { return state.phase; },
     get running() { return state.running; },
+    get backoffMs() { return state.backoff; },
+    get retries() { return state.retries.map((retry) => ({ ...retry })); },
+    backoff: { startMs: BACKOFF_START_MS, maxMs: BACKOFF_MAX_MS },
   };
 
   // ---------------------------------------------------------------------------- chrome
@@ -801,13 +821,22 @@
   }
 
   function scheduleWsReconnect() {
+    retryLater(connectWs, "socket closed");
+  }
+
+  // Call `attempt` after the current backoff delay (unless the connection is torn down first),
+  // and double the delay for the next time, up to BACKOFF_MAX_MS.
+  function retryLater(attempt, reason) {
     const delay = state.backoff;
     state.backoff = Math.min(state.backoff * 2, BACKOFF_MAX_MS);
-    setPhase("reconnecting", "retry in " + Math.round(delay / 1000) + " s");
+    state.retries.push({ transport: state.transport, delayMs: delay, reason, at: Date.now() });
+    if (state.retries.length > RETRY_LOG_SIZE) state.retries.shift();
+    const wait = delay < 1000 ? delay + " ms" : Math.round(delay / 1000) + " s";
+    setPhase("reconnecting", reason + ", retry in " + wait);
     clearTimeout(state.reconnectTimer);
     const generation = state.generation;
     state.reconnectTimer = setTimeout(() => {
-      if (generation === state.generation) connectWs();
+      if (generation === state.generation) attempt();
     }, delay);
   }
 
@@ -886,7 +915,9 @@
     const source = new EventSource(url);
     state.source = source;
     source.addEventListener("open", () => {
-      if (source === state.source) setPhase("live");
+      if (source !== state.source) return;
+      state.backoff = BACKOFF_START_MS; // it connected: the next failure starts over
+      setPhase("live");
     });
     for (const type of EVENT_TYPES) {
       source.addEventListener(type, (event) => {
@@ -942,13 +973,8 @@
       });
     } catch (_) {
       if (generation !== state.generation) return;
-      const delay = state.backoff;
-      state.backoff = Math.min(state.backoff * 2, BACKOFF_MAX_MS);
-      setPhase("reconnecting", "retry in " + Math.round(delay / 1000) + " s");
       state.probeStreak -= 1; // a network outage is not the stream failing
-      state.reconnectTimer = setTimeout(() => {
-        if (generation === state.generation) openSse();
-      }, delay);
+      retryLater(openSse, "server unreachable");
       return;
     }
     if (generation !== state.generation) {
@@ -992,11 +1018,13 @@
         return;
       default:
         controller.abort();
-        setPhase("reconnecting", "HTTP " + response.status);
-        state.reconnectTimer = setTimeout(() => {
-          if (generation === state.generation) openSse();
-        }, state.backoff);
-        state.backoff = Math.min(state.backoff * 2, BACKOFF_MAX_MS);
+        // A 502/503/504 from a proxy while the service restarts (or a 5xx, 408, 429 of its
+        // own) passes: keep retrying at the capped backoff, as after a network failure, and
+        // give up only on answers that will not change by waiting.
+        if (response.status >= 500 || response.status === 408 || response.status === 429) {
+          state.probeStreak -= 1;
+        }
+        retryLater(openSse, "HTTP " + response.status);
     }
   }
 

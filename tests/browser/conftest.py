@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -12,6 +12,7 @@ from aiohttp import web
 
 from service.app import create_app
 from service.config import Settings
+from tests.browser.proxy import Proxy
 from tests.conftest import TEST_SETTINGS, test_tools
 
 CHROMIUM_FLAGS = [
@@ -74,20 +75,49 @@ class Served:
         return self.server.app
 
 
+ServedFactory = Callable[..., Awaitable[Served]]
+
+
 @pytest.fixture
-async def served(aiohttp_server: Any) -> AsyncIterator[Served]:
+def make_served(aiohttp_server: Any) -> ServedFactory:
+    """Start the service with paced emulator answers, as a browser would meet it; keyword
+    arguments override its settings."""
+
+    async def start(**overrides: Any) -> Served:
+        settings = Settings(
+            **{**TEST_SETTINGS, "emulator_tokens_per_second": 200, "emulator_ttft_ms": 50, **overrides}
+        )
+        app = create_app(settings, tools=test_tools())
+        holder: dict[str, Served] = {}
+
+        @web.middleware
+        async def record(request: web.Request, handler: Any) -> web.StreamResponse:
+            response = await handler(request)
+            holder["served"].requests.append((request.method, request.path_qs, response.status))
+            return response
+
+        app.middlewares.insert(0, record)
+        server = await aiohttp_server(app)
+        holder["served"] = Served(server)
+        return holder["served"]
+
+    return start
+
+
+@pytest.fixture
+async def served(make_served: ServedFactory) -> Served:
     """The service with paced emulator answers, as a browser would meet it."""
-    settings = Settings(**{**TEST_SETTINGS, "emulator_tokens_per_second": 200, "emulator_ttft_ms": 50})
-    app = create_app(settings, tools=test_tools())
-    holder: dict[str, Served] = {}
+    return await make_served()
 
-    @web.middleware
-    async def record(request: web.Request, handler: Any) -> web.StreamResponse:
-        response = await handler(request)
-        holder["served"].requests.append((request.method, request.path_qs, response.status))
-        return response
 
-    app.middlewares.insert(0, record)
-    server = await aiohttp_server(app)
-    holder["served"] = Served(server)
-    yield holder["served"]
+@pytest.fixture
+def make_proxy(aiohttp_server: Any) -> Callable[[Served], Awaitable[tuple[Proxy, str]]]:
+    """A misbehaving reverse proxy (tests/browser/proxy.py) in front of a served service, on a
+    real port: returns the proxy and the URL the browser should open."""
+
+    async def start(target: Served) -> tuple[Proxy, str]:
+        proxy = Proxy(target.url.rstrip("/"))
+        server = await aiohttp_server(proxy.app())
+        return proxy, str(server.make_url("/"))
+
+    return start
