@@ -25,6 +25,7 @@ from service.errors import ProviderError
 from service.metrics import Metrics
 from service.monitor import LoopLagMonitor
 from service.providers.base import ModelProvider
+from service.transports.quotas import QUOTAS, Quotas
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +44,16 @@ class Services:
     emulator: Any = None
     backend: Any = None  # the Redis backend when AGENT_REDIS_URL is set
     metrics: Metrics = field(default_factory=Metrics)
+    quotas: Quotas = field(default_factory=Quotas)  # per API key; unlimited unless configured
 
 
 SERVICES = web.AppKey("services", Services)
+
+
+def server_options(settings: Settings) -> dict[str, Any]:
+    """aiohttp's request-parser options the settings decide, for ``web.run_app`` (and a test's
+    server): a longer request line or header gets aiohttp's 400 instead of being read."""
+    return {"max_line_size": settings.max_header_bytes, "max_field_size": settings.max_header_bytes}
 
 
 def make_provider(settings: Settings, emulator_url: str | None = None) -> ModelProvider:
@@ -105,6 +113,9 @@ def _track_state(services: Services) -> None:
     if memory is None:
         memory = getattr(services.sessions, "local", None)  # Redis: the short-lived ones here
     metrics.track("agentstream_runs_active", "Queries running on this instance.", lambda: runs.active)
+    metrics.track(
+        "agentstream_asyncio_tasks", "asyncio tasks in this process.", lambda: len(asyncio.all_tasks())
+    )
     if memory is not None:
         held = memory
 
@@ -126,13 +137,23 @@ def create_app(
     provider: ModelProvider | None = None,
 ) -> web.Application:
     """Build the application; ``tools`` are offered beside the built-in ones."""
-    from service.transports import auth, http, mcp, sse, web_client, ws
+    from service.transports import auth, http, mcp, openapi, sse, web_client, ws
     from service.transports import sessions as session_routes
+    from service.transports.quotas import quota_middleware
 
     settings = settings or load_settings()
     from service.agent.aws_tools import aws_tools
 
-    executor = ToolExecutor([*builtin_tools(), *aws_tools(), *tools], timeout=settings.tool_timeout_s)
+    builtins = builtin_tools(
+        calculator_timeout_s=settings.calculator_timeout_s,
+        calculator_memory_mb=settings.calculator_memory_mb,
+        calculator_workers=settings.calculator_workers,
+    )
+    executor = ToolExecutor(
+        [*builtins, *aws_tools(), *tools],
+        timeout=settings.tool_timeout_s,
+        max_result_chars=settings.tool_max_output_chars,
+    )
     # The provider is made at start-up (the embedded emulator must be listening first).
     agent = AgentLoop(
         provider,
@@ -141,6 +162,7 @@ def create_app(
         max_tokens=settings.max_tokens,
         throttle_retries=settings.throttle_retries,
         backoff_s=settings.throttle_backoff_s,
+        backoff_max_s=settings.throttle_backoff_max_s,
         planning=settings.steps_planning,
     )
 
@@ -160,6 +182,7 @@ def create_app(
     else:
         sessions = memory_store()
     metrics = Metrics()
+    quotas = Quotas.from_settings(settings)
     services = Services(
         settings=settings,
         sessions=sessions,
@@ -167,6 +190,7 @@ def create_app(
             agent,
             store=sessions,
             observer=metrics,
+            gate=quotas,
             default_max_turns=settings.max_turns,
             max_concurrent=settings.max_concurrent_runs,
         ),
@@ -175,14 +199,16 @@ def create_app(
         monitor=LoopLagMonitor(on_sample=metrics.loop_lag.observe),
         backend=backend,
         metrics=metrics,
+        quotas=quotas,
     )
     _track_state(services)
 
     app = web.Application(
         client_max_size=settings.max_request_bytes,
-        middlewares=[http.error_middleware, auth.access_middleware],
+        middlewares=[http.error_middleware, auth.access_middleware, quota_middleware],
     )
     app[SERVICES] = services
+    app[QUOTAS] = quotas
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
         emulator = None
@@ -219,12 +245,14 @@ def create_app(
         reaper = asyncio.create_task(
             _expire_sessions(sessions, settings.session_ttl_s), name="session-reaper"
         )
+        await executor.start()  # the calculator's first worker process (milliseconds)
         try:
             yield
         finally:
             if mcp_tools is not None:
                 executor.remove_source(mcp_tools)
                 await mcp_tools.stop()
+            await executor.aclose()  # stops the calculator's worker processes
             reaper.cancel()
             await asyncio.gather(reaper, return_exceptions=True)
             if backend is not None:
@@ -247,4 +275,5 @@ def create_app(
     ws.add_routes(app)
     mcp.add_routes(app)
     web_client.add_routes(app)
+    openapi.add_routes(app)
     return app

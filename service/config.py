@@ -42,10 +42,24 @@ class Settings(BaseSettings):
     mcp_max_sessions: int = Field(1000, ge=1)
     mcp_session_ttl_s: float = Field(3600.0, gt=0)
     tool_timeout_s: float = Field(30.0, gt=0, le=3600)
+    # Every tool's result (built-in, AWS, MCP) is cut past this many characters, and marked.
+    tool_max_output_chars: int = Field(20_000, ge=1, le=10_000_000)
+    # The calculator evaluates in worker processes: killed past the time limit, capped in memory.
+    calculator_timeout_s: float = Field(2.0, gt=0, le=300)
+    calculator_memory_mb: int = Field(256, ge=64, le=65_536)
+    calculator_workers: int = Field(2, ge=1, le=64)
     max_request_bytes: int = Field(1024 * 1024, ge=1024)
     max_message_chars: int = Field(100_000, ge=1)
+    # The longest request line or single header aiohttp's parser accepts (bytes); longer: 400.
+    max_header_bytes: int = Field(8190, ge=1024, le=1024 * 1024)
+    # Per API key, on each instance; 0 = unlimited (see service/transports/quotas.py).
+    quota_streams: int = Field(32, ge=0)
+    quota_runs: int = Field(8, ge=0)
+    quota_requests_per_minute: int = Field(600, ge=0)
+    quota_tokens_per_day: int = Field(2_000_000, ge=0)
     throttle_retries: int = Field(2, ge=0, le=10)
     throttle_backoff_s: float = Field(0.5, ge=0, le=60)
+    throttle_backoff_max_s: float = Field(8.0, ge=0, le=300)
     bedrock_max_attempts: int = Field(3, ge=1, le=10)
     bedrock_read_timeout_s: float = Field(120.0, gt=0)
     shutdown_timeout_s: float = Field(10.0, ge=0)

@@ -10,6 +10,7 @@
      ├── RunInProgress          a session already runs a query
      ├── Overloaded             the instance runs as many queries as it may
      ├── SessionLimitReached    the instance holds as many sessions as it may
+     ├── QuotaExceeded          an API key is over one of its quotas (429)
      ├── StoreUnavailable       the shared store (Redis) cannot be reached
      └── RunLost                a run's claim on its session expired (another instance ended it)
 
@@ -61,6 +62,18 @@ class Overloaded(AgentStreamError):
 
 class SessionLimitReached(AgentStreamError):
     """The instance holds as many sessions as it is configured for."""
+
+
+class QuotaExceeded(AgentStreamError):
+    """An owner (API key) is over one of its quotas: ``quota`` names it, ``limit`` is its value,
+    ``retry_after`` the whole seconds until it may succeed again."""
+
+    def __init__(self, message: str, *, quota: str, limit: int, retry_after: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.quota = quota
+        self.limit = limit
+        self.retry_after = retry_after
 
 
 class StoreUnavailable(AgentStreamError):

@@ -51,6 +51,12 @@ TEST_SETTINGS: dict[str, Any] = {
     "bedrock_max_attempts": 2,
     "throttle_backoff_s": 0.01,
     "tool_timeout_s": 0.3,
+    # Every request of a test is one anonymous owner: the per-key quotas stay off unless a test
+    # asks for them (tests/transports/test_quotas.py).
+    "quota_streams": 0,
+    "quota_runs": 0,
+    "quota_requests_per_minute": 0,
+    "quota_tokens_per_day": 0,
 }
 
 

@@ -12,9 +12,20 @@ snapshot, so a run in flight keeps working: a tool that vanished between two tur
 unknown tool for the next call. Registered tools win every name clash; among sources, the first
 added wins, and a source's tool with a taken or invalid name is not offered.
 
+Every result, of every tool (built-in, AWS, MCP), is cut past ``max_result_chars`` and marked
+with how much was left out, so neither the model nor the clients receive an oversized result.
+
 The calculator evaluates arithmetic by walking the syntax tree that :func:`ast.parse` builds; it
 never runs Python code, and it refuses inputs whose evaluation would be expensive *before*
-computing them (huge powers, factorials, deep nesting), so a hostile expression costs nothing.
+computing them (long inputs, many or deeply nested parts, huge powers, factorials), so a hostile
+expression costs nothing. Those checks are the first line of defence. The second is where the
+evaluation runs: in a :class:`WorkerPool` process, off the event loop, under a hard memory limit
+(``RLIMIT_AS``) and a hard time limit (a worker that overruns is killed and replaced), so anything
+that slips past the checks costs one worker process, never the service.
+
+:func:`check_fetch_url` is the guard for any tool that fetches a URL: it refuses link-local and
+cloud metadata addresses always, and loopback and private ones unless allowed, checking every
+address the host name resolves to.
 """
 
 from __future__ import annotations
@@ -22,28 +33,55 @@ from __future__ import annotations
 import abc
 import ast
 import asyncio
+import collections
+import contextlib
+import contextvars
 import inspect
+import ipaddress
 import logging
 import math
+import multiprocessing
 import re
+import signal
+import socket
 import time
+import urllib.parse
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
+
+try:
+    import resource
+except ImportError:  # not on Windows: workers then run without a memory limit
+    resource = None  # type: ignore[assignment]
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "Calculator",
     "CalculatorError",
+    "CalculatorLimits",
     "FunctionTool",
     "Tool",
     "ToolExecutor",
     "ToolOutcome",
     "ToolSource",
+    "UnsafeURLError",
+    "WorkerCrashed",
+    "WorkerError",
+    "WorkerMemoryError",
+    "WorkerPool",
+    "WorkerPoolClosed",
+    "WorkerTimeout",
     "builtin_tools",
+    "calculate",
+    "check_fetch_url",
+    "check_fetch_url_async",
     "evaluate",
     "format_number",
+    "parse_expression",
+    "resolve_fetch_url",
 ]
 
 Number = int | float
@@ -59,7 +97,13 @@ _TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 class Tool(abc.ABC):
-    """A tool the model may call."""
+    """A tool the model may call.
+
+    Optional hooks the :class:`ToolExecutor` calls when a tool has them: ``async start()`` (get
+    ready when the service starts) and ``async aclose()`` (release worker processes or
+    connections when it stops). A tool that fetches URLs must pass each one, redirects included,
+    through :func:`check_fetch_url` (or :func:`resolve_fetch_url`) first.
+    """
 
     name: str
     description: str
@@ -169,15 +213,23 @@ _JSON_TYPE_NAMES: dict[type, str] = {
 }
 
 
+# AGENT_TOOL_MAX_OUTPUT_CHARS: longer results (and error messages) are cut to this many characters.
+DEFAULT_MAX_RESULT_CHARS = 20_000
+
+
 class ToolExecutor:
-    """Runs the model's tool calls with a timeout, turning every failure into an error outcome."""
+    """Runs the model's tool calls with a timeout, turning every failure into an error outcome.
+
+    Every result is cut to ``max_result_chars`` characters (see :meth:`_truncate`), whichever
+    tool produced it. The executor owns its registered tools: :meth:`aclose` closes them.
+    """
 
     def __init__(
         self,
         tools: Iterable[Tool] = (),
         *,
         timeout: float = 30.0,
-        max_result_chars: int = 100_000,
+        max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
     ) -> None:
         if not timeout > 0:
             raise ValueError(f"timeout must be positive, got {timeout!r}")
@@ -208,6 +260,26 @@ class ToolExecutor:
         """Stop offering a source's tools; calls already running finish."""
         if source in self._sources:
             self._sources.remove(source)
+
+    async def start(self) -> None:
+        """Let the registered tools get ready (the calculator starts its first worker process)."""
+        for tool in self._tools.values():
+            start = getattr(tool, "start", None)
+            if callable(start):
+                try:
+                    await start()
+                except Exception:  # noqa: BLE001 - a tool that cannot warm up starts on first use
+                    logger.exception("tool %r failed to start", tool)
+
+    async def aclose(self) -> None:
+        """Close the registered tools (the calculator's worker processes); sources are their owners'."""
+        for tool in self._tools.values():
+            close = getattr(tool, "aclose", None)
+            if callable(close):
+                try:
+                    await close()
+                except Exception:  # noqa: BLE001 - one tool's failure must not keep the others open
+                    logger.exception("tool %r failed to close", tool)
 
     @property
     def sources(self) -> tuple[ToolSource, ...]:
@@ -332,6 +404,7 @@ class ToolExecutor:
         return f"Tool '{tool}' timed out after {self.timeout:g} s"
 
     def _truncate(self, text: str) -> str:
+        """Cut a result past ``max_result_chars`` and say how much was left out."""
         if len(text) <= self.max_result_chars:
             return text
         omitted = len(text) - self.max_result_chars
@@ -371,6 +444,32 @@ MAX_FACTORIAL = 1_000
 MAX_COMB_ARG = 10_000
 # round(int, -n) computes 10**n; beyond this every value up to MAX_INT_BITS rounds to 0 anyway.
 _MAX_ROUND_DIGITS = 5_000
+
+# AGENT_CALCULATOR_TIMEOUT_S / AGENT_CALCULATOR_MEMORY_MB / AGENT_CALCULATOR_WORKERS
+DEFAULT_CALCULATOR_TIMEOUT_S = 2.0
+DEFAULT_CALCULATOR_MEMORY_MB = 256
+DEFAULT_CALCULATOR_WORKERS = 2
+
+
+@dataclass(frozen=True)
+class CalculatorLimits:
+    """The bounds the calculator checks before and while computing (the first line of defence)."""
+
+    max_expression_chars: int = MAX_EXPRESSION_CHARS
+    max_nodes: int = MAX_NODES
+    max_depth: int = MAX_DEPTH
+    max_int_bits: int = MAX_INT_BITS
+    max_factorial: int = MAX_FACTORIAL
+    max_comb_arg: int = MAX_COMB_ARG
+    max_round_digits: int = _MAX_ROUND_DIGITS
+
+
+DEFAULT_LIMITS = CalculatorLimits()
+
+# The limits of the evaluation in progress (a context variable, so nested helpers need no argument).
+_limits_var: contextvars.ContextVar[CalculatorLimits] = contextvars.ContextVar(
+    "calculator_limits", default=DEFAULT_LIMITS
+)
 
 _CONSTANTS: dict[str, float] = {"pi": math.pi, "e": math.e, "tau": math.tau}
 
@@ -431,8 +530,9 @@ def _short(value: Number) -> str:
 
 
 def _check_int_bits(value: int) -> None:
-    if value.bit_length() > MAX_INT_BITS:
-        raise CalculatorError(f"integer result too large (limit is {MAX_INT_BITS} bits)")
+    limit = _limits_var.get().max_int_bits
+    if value.bit_length() > limit:
+        raise CalculatorError(f"integer result too large (limit is {limit} bits)")
 
 
 def _checked(value: Any) -> Number:
@@ -468,23 +568,26 @@ def _power(base: Number, exponent: Number) -> Number:
         # The result has between (bits-1)*exponent+1 and bits*exponent bits. Refuse from the
         # lower bound without computing anything (9**387420489); whatever passes is at most
         # twice the limit, cheap to compute and then checked exactly.
-        if bits > 1 and (bits - 1) * exponent >= MAX_INT_BITS:
-            raise CalculatorError(f"integer result too large (limit is {MAX_INT_BITS} bits)")
+        limit = _limits_var.get().max_int_bits
+        if bits > 1 and (bits - 1) * exponent >= limit:
+            raise CalculatorError(f"integer result too large (limit is {limit} bits)")
     return base**exponent
 
 
 def _factorial(n: Number) -> int:
     value = _as_int("factorial", n)
-    if not 0 <= value <= MAX_FACTORIAL:
-        raise CalculatorError(f"factorial() needs an integer from 0 to {MAX_FACTORIAL}")
+    limit = _limits_var.get().max_factorial
+    if not 0 <= value <= limit:
+        raise CalculatorError(f"factorial() needs an integer from 0 to {limit}")
     return math.factorial(value)
 
 
 def _comb_perm(func: Callable[..., int], name: str) -> Callable[..., int]:
     def call(*args: Number) -> int:
         ints = [_as_int(name, a) for a in args]
-        if any(abs(i) > MAX_COMB_ARG for i in ints):
-            raise CalculatorError(f"{name}() arguments must be at most {MAX_COMB_ARG}")
+        limit = _limits_var.get().max_comb_arg
+        if any(abs(i) > limit for i in ints):
+            raise CalculatorError(f"{name}() arguments must be at most {limit}")
         return func(*ints)
 
     return call
@@ -507,7 +610,8 @@ def _round(x: Number, ndigits: Number | None = None) -> Number:
     if ndigits is None:
         return round(x)
     digits = _as_int("round", ndigits)
-    digits = max(-_MAX_ROUND_DIGITS, min(_MAX_ROUND_DIGITS, digits))
+    bound = _limits_var.get().max_round_digits
+    digits = max(-bound, min(bound, digits))
     return round(x, digits)
 
 
@@ -652,11 +756,11 @@ def _evaluate_call(node: ast.Call) -> Number:
     return _guarded(what, lambda: func(*args))
 
 
-def _check_size(tree: ast.Expression) -> None:
+def _check_size(tree: ast.Expression, limits: CalculatorLimits) -> None:
     # Count only expression nodes: contexts and operator tokens are not work.
     nodes = sum(1 for n in ast.walk(tree) if isinstance(n, ast.expr))
-    if nodes > MAX_NODES:
-        raise CalculatorError(f"expression too complex: {nodes} parts (limit is {MAX_NODES})")
+    if nodes > limits.max_nodes:
+        raise CalculatorError(f"expression too complex: {nodes} parts (limit is {limits.max_nodes})")
     # Iterative, so a deep tree cannot exhaust the interpreter's stack before being refused.
     deepest = 0
     stack: list[tuple[ast.AST, int]] = [(tree.body, 1)]
@@ -666,17 +770,18 @@ def _check_size(tree: ast.Expression) -> None:
         stack.extend(
             (child, depth + 1) for child in ast.iter_child_nodes(current) if isinstance(child, ast.expr)
         )
-    if deepest > MAX_DEPTH:
-        raise CalculatorError(f"expression nested too deeply (limit is {MAX_DEPTH} levels)")
+    if deepest > limits.max_depth:
+        raise CalculatorError(f"expression nested too deeply (limit is {limits.max_depth} levels)")
 
 
-def evaluate(expression: str) -> int | float:
-    """Evaluate an arithmetic expression safely; raises CalculatorError with a clear message."""
+def parse_expression(expression: str, limits: CalculatorLimits | None = None) -> ast.Expression:
+    """Check an expression's length, syntax and size (nodes, depth), and return its syntax tree."""
+    limits = DEFAULT_LIMITS if limits is None else limits
     if not isinstance(expression, str):
         raise CalculatorError(f"expression must be a string, got {type(expression).__name__}")
-    if len(expression) > MAX_EXPRESSION_CHARS:
+    if len(expression) > limits.max_expression_chars:
         raise CalculatorError(
-            f"expression too long: {len(expression)} characters (limit is {MAX_EXPRESSION_CHARS})"
+            f"expression too long: {len(expression)} characters (limit is {limits.max_expression_chars})"
         )
     # People write powers with ^ and use typographic operators; Python's ^ would be XOR.
     source = (
@@ -691,12 +796,38 @@ def evaluate(expression: str) -> int | float:
     except (ValueError, RecursionError, MemoryError) as exc:
         # Null bytes raise ValueError; pathological nesting can exhaust the parser.
         raise CalculatorError(f"invalid expression: {exc}") from None
-    _check_size(tree)
-    return _evaluate_node(tree)
+    _check_size(tree, limits)
+    return tree
+
+
+def evaluate(expression: str, limits: CalculatorLimits | None = None) -> int | float:
+    """Evaluate an arithmetic expression safely; raises CalculatorError with a clear message.
+
+    This runs in the calling process with only the syntax-tree bounds of ``limits``; the
+    :class:`Calculator` tool runs it in a worker process (see :func:`calculate`).
+    """
+    limits = DEFAULT_LIMITS if limits is None else limits
+    tree = parse_expression(expression, limits)
+    token = _limits_var.set(limits)
+    try:
+        return _evaluate_node(tree)
+    finally:
+        _limits_var.reset(token)
+
+
+def calculate(expression: str, limits: CalculatorLimits | None = None) -> str:
+    """The calculator's worker entry point: evaluate and format the number as text."""
+    return format_number(evaluate(expression, limits))
 
 
 class Calculator(Tool):
-    """Evaluates arithmetic expressions exactly and safely."""
+    """Evaluates arithmetic expressions exactly and safely, in a worker process.
+
+    The input's length is checked on the event loop; the parse, the size and depth checks and the
+    evaluation run in a :class:`WorkerPool` process under a memory limit, stopped after
+    ``timeout`` seconds by killing that worker. Every failure is a :class:`CalculatorError` with
+    a clear message.
+    """
 
     name = "calculator"
     description = (
@@ -719,15 +850,815 @@ class Calculator(Tool):
         "required": ["expression"],
     }
 
+    def __init__(
+        self,
+        *,
+        timeout: float = DEFAULT_CALCULATOR_TIMEOUT_S,
+        memory_mb: int = DEFAULT_CALCULATOR_MEMORY_MB,
+        workers: int = DEFAULT_CALCULATOR_WORKERS,
+        limits: CalculatorLimits | None = None,
+        pool: WorkerPool | None = None,
+    ) -> None:
+        if not timeout > 0:
+            raise ValueError(f"timeout must be positive, got {timeout!r}")
+        self.timeout = float(timeout)
+        self.limits = DEFAULT_LIMITS if limits is None else limits
+        # Processes start on first use (or on start()); creating a Calculator costs nothing.
+        self._owns_pool = pool is None
+        self.pool = pool or WorkerPool(max_workers=workers, memory_mb=memory_mb, name="calculator")
+
+    async def start(self) -> None:
+        """Start a worker now, so the first call does not wait for one."""
+        await self.pool.warm()
+
+    async def aclose(self) -> None:
+        """Stop the worker processes (unless the pool was handed in: then its owner does)."""
+        if self._owns_pool:
+            await self.pool.close()
+
     async def call(self, input: dict[str, Any]) -> str:
-        """Evaluate ``input["expression"]`` and return the number as text."""
+        """Evaluate ``input["expression"]`` in a worker process and return the number as text."""
         expression = input.get("expression")
         if not isinstance(expression, str):
             raise CalculatorError("input needs an 'expression' string")
-        # Cheap by construction (everything costly is refused up front), so no thread needed.
-        return format_number(evaluate(expression))
+        limits = self.limits
+        if len(expression) > limits.max_expression_chars:
+            # Refused here, so an oversized input is never even copied to a worker. Everything
+            # else (syntax, size, depth, the values' bounds) is checked in the worker, whose
+            # parse of at most max_expression_chars costs as much as a second one here would.
+            raise CalculatorError(
+                f"expression too long: {len(expression)} characters (limit is {limits.max_expression_chars})"
+            )
+        try:
+            return await self.pool.call(
+                calculate, expression, None if limits == DEFAULT_LIMITS else limits, timeout=self.timeout
+            )
+        except WorkerTimeout:
+            raise CalculatorError(f"calculation stopped: it took longer than {self.timeout:g} s") from None
+        except WorkerMemoryError:
+            raise CalculatorError(
+                f"calculation stopped: it needed more than {self.pool.memory_mb} MB of memory"
+            ) from None
+        except WorkerPoolClosed:
+            raise CalculatorError("the calculator is shut down") from None
+        except WorkerError as exc:
+            raise CalculatorError(f"calculation failed: {exc}") from None
 
 
-def builtin_tools() -> list[Tool]:
+def builtin_tools(
+    *,
+    calculator_timeout_s: float = DEFAULT_CALCULATOR_TIMEOUT_S,
+    calculator_memory_mb: int = DEFAULT_CALCULATOR_MEMORY_MB,
+    calculator_workers: int = DEFAULT_CALCULATOR_WORKERS,
+) -> list[Tool]:
     """The tools every agent gets."""
-    return [Calculator()]
+    return [
+        Calculator(timeout=calculator_timeout_s, memory_mb=calculator_memory_mb, workers=calculator_workers)
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# Worker processes
+# --------------------------------------------------------------------------------------------
+
+
+class WorkerError(RuntimeError):
+    """A job could not be run to completion in a worker process."""
+
+
+class WorkerTimeout(WorkerError):
+    """The job overran its time limit; its worker was killed."""
+
+
+class WorkerMemoryError(WorkerError):
+    """The job hit the worker's memory limit; the worker was retired."""
+
+
+class WorkerCrashed(WorkerError):
+    """The worker process died while running the job."""
+
+
+class WorkerPoolClosed(WorkerError):
+    """The pool is shut down."""
+
+
+# A worker that does not report ready within this many seconds is killed (a wedged start).
+_WORKER_START_TIMEOUT_S = 30.0
+
+
+def _limit_memory(limit_bytes: int) -> str | None:
+    """Cap this process's memory; return the name of the limit applied, or None if none could be."""
+    if resource is None:
+        return None
+    # RLIMIT_AS bounds every mapping, so a huge allocation fails at once with MemoryError;
+    # RLIMIT_DATA is the fallback where the address-space limit cannot be set (macOS).
+    for name in ("RLIMIT_AS", "RLIMIT_DATA"):
+        which = getattr(resource, name, None)
+        if which is None:
+            continue
+        try:
+            _, hard = resource.getrlimit(which)
+            value = limit_bytes if hard == resource.RLIM_INFINITY else min(limit_bytes, hard)
+            # The hard limit too: nothing in this process may raise it again.
+            resource.setrlimit(which, (value, value))
+            return name
+        except (ValueError, OSError):
+            continue
+    return None
+
+
+def _limit_cpu(seconds: int) -> None:
+    """A backstop for the parent's timer: SIGXCPU ends this process after ``seconds`` more CPU.
+
+    The parent kills an overrunning worker long before; this only matters if the parent cannot
+    (it was killed, or its event loop is stuck), so an orphaned job cannot compute forever.
+    """
+    if resource is None:
+        return
+    try:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        soft = math.ceil(usage.ru_utime + usage.ru_stime) + seconds
+        _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        if hard != resource.RLIM_INFINITY:
+            soft = min(soft, hard)
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+    except (ValueError, OSError):
+        pass
+
+
+def _send_reply(conn: Any, reply: tuple[str, Any]) -> bool:
+    """Send a job's reply; False when the parent is gone."""
+    try:
+        conn.send(reply)
+        return True
+    except (EOFError, OSError):
+        return False
+    except MemoryError:
+        reply = ("memory", None)
+    except Exception as exc:  # noqa: BLE001 - the result (or exception) could not be pickled
+        reply = ("error", WorkerError(f"the result could not be sent back: {_describe_exception(exc)}"))
+    try:
+        conn.send(reply)
+        return True
+    except Exception:  # noqa: BLE001 - nothing more can be told; the parent sees the worker end
+        return False
+
+
+def _worker_main(conn: Any, memory_bytes: int) -> None:
+    """A worker process: apply the limits, report ready, then run jobs until told to stop."""
+    # Ctrl-C reaches the whole process group; the parent decides when workers end.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    applied = _limit_memory(memory_bytes)
+    if resource is not None:
+        try:
+            # A worker stopped by SIGXCPU must not write a core file the size of its memory.
+            resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
+        except (ValueError, OSError):
+            pass
+    try:
+        probe = bytearray(4 << 20)  # a worker that cannot compute anything is useless: say so
+        del probe
+    except MemoryError:
+        with contextlib.suppress(Exception):
+            conn.send(("failed", f"a memory limit of {memory_bytes >> 20} MB is too low for a worker"))
+        return
+    conn.send(("ready", applied))
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):
+            return  # the parent went away
+        except MemoryError:
+            _send_reply(conn, ("memory", None))
+            return
+        if job is None:
+            return
+        func, args, cpu_seconds = job
+        _limit_cpu(cpu_seconds)
+        try:
+            reply: tuple[str, Any] = ("ok", func(*args))
+        except MemoryError:
+            reply = ("memory", None)
+        except BaseException as exc:  # noqa: BLE001 - every failure goes back to the caller
+            reply = ("error", exc)
+        del job, func, args
+        if not _send_reply(conn, reply) or reply[0] == "memory":
+            # After a MemoryError the heap may be fragmented or half-built: start afresh.
+            return
+
+
+class _Worker:
+    """One worker process and the parent's end of its pipe."""
+
+    __slots__ = ("process", "conn", "__weakref__")
+
+    def __init__(self, process: Any, conn: Any) -> None:
+        self.process = process
+        self.conn = conn
+
+    def alive(self) -> bool:
+        try:
+            return self.process.exitcode is None
+        except ValueError:  # the process object is closed
+            return False
+
+    def exit_description(self) -> str:
+        try:
+            code = self.process.exitcode
+        except ValueError:
+            code = None
+        if code is None:
+            return "it closed its pipe"
+        if code < 0:
+            try:
+                return f"it was ended by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"it was ended by signal {-code}"
+        return f"it exited with code {code}"
+
+    def kill(self) -> None:
+        """End the process at once (SIGKILL) and close the pipe; safe to call more than once.
+
+        Only for a worker whose pipe no caller is waiting on: a closed descriptor would never
+        wake the event loop's reader. Stop a busy worker with :meth:`kill_process`.
+        """
+        self.kill_process()
+        self.close_pipe()
+
+    def kill_process(self) -> None:
+        """SIGKILL the process; a caller waiting for its reply wakes up to the end of the pipe."""
+        try:
+            if self.process.exitcode is None:
+                self.process.kill()
+        except (OSError, ValueError, AttributeError):
+            pass
+
+    def stop(self) -> None:
+        """Ask an idle worker to exit on its own."""
+        try:
+            self.conn.send(None)
+        except (OSError, ValueError):
+            pass
+        self.close_pipe()
+
+    def close_pipe(self) -> None:
+        try:
+            self.conn.close()
+        except OSError:
+            pass
+
+    def reap(self, timeout: float) -> None:
+        """Wait (blocking) for the process to end, killing it if it does not; free its resources."""
+        try:
+            self.process.join(timeout)
+            if self.process.exitcode is None:
+                self.process.kill()
+                self.process.join(5.0)
+            self.process.close()
+        except (OSError, ValueError, AssertionError):
+            pass
+
+
+def _kill_all(workers: set[_Worker]) -> None:
+    """The finalizer of a pool dropped without close(): its processes must not outlive it."""
+    for worker in list(workers):
+        worker.kill()
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class WorkerPool:
+    """A few worker processes that run picklable functions with a time and a memory limit.
+
+    Workers are started in a thread (process start-up blocks) from multiprocessing's
+    ``forkserver`` (``spawn`` where there is none): a clean single-threaded server process that
+    has imported this module once, so a worker is up in milliseconds, and no worker inherits the
+    service's threads or sockets. Each worker applies ``RLIMIT_AS`` of ``memory_mb`` to itself
+    before taking jobs, so a job that allocates too much gets a MemoryError there
+    (:class:`WorkerMemoryError` here; the worker is replaced). A job that overruns its timeout gets
+    its worker killed (:class:`WorkerTimeout`); later jobs get other or fresh workers, so nothing
+    stays wedged. At most ``max_workers`` run at once; more calls wait their turn, and a caller
+    takes whichever worker is free first, the one already running or one just started.
+
+    The event loop never blocks: a job is sent (a small message), and the reply is awaited with
+    the loop's reader on the pipe. Results should be small (a number as text). Use the pool from
+    one event loop at a time; :meth:`close` stops every worker.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_workers: int = DEFAULT_CALCULATOR_WORKERS,
+        memory_mb: int = DEFAULT_CALCULATOR_MEMORY_MB,
+        name: str = "worker",
+        start_method: str | None = None,
+    ) -> None:
+        if max_workers < 1:
+            raise ValueError(f"max_workers must be positive, got {max_workers!r}")
+        if memory_mb < 1:
+            raise ValueError(f"memory_mb must be positive, got {memory_mb!r}")
+        self.max_workers = max_workers
+        self.memory_mb = memory_mb
+        self.name = name
+        if start_method is None:
+            start_method = (
+                "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+            )
+        self._context = multiprocessing.get_context(start_method)
+        if start_method == "forkserver":
+            # The server imports this module once and forks workers from it (no main module:
+            # the service's own start-up does not run again in the server). Takes effect when
+            # the server starts, i.e. with the first worker of any pool in this process.
+            self._context.set_forkserver_preload([__name__])
+        self._workers: set[_Worker] = set()  # every live worker, idle or busy
+        self._idle: list[_Worker] = []
+        self._starting: set[asyncio.Future[_Worker]] = set()
+        self._waiters: collections.deque[asyncio.Future[_Worker | None]] = collections.deque()
+        self._dying: list[_Worker] = []  # killed or stopped, not yet reaped
+        self._closed = False
+        self.started = 0  # workers started so far
+        self._finalizer = weakref.finalize(self, _kill_all, self._workers)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def size(self) -> int:
+        """Worker processes alive now (idle or busy)."""
+        return len(self._workers)
+
+    async def call(self, func: Callable[..., Any], *args: Any, timeout: float) -> Any:
+        """Run ``func(*args)`` in a worker; return its result or raise its exception.
+
+        Raises :class:`WorkerTimeout`, :class:`WorkerMemoryError`, :class:`WorkerCrashed` or
+        :class:`WorkerPoolClosed` when the job could not finish; cancellation kills the worker.
+        ``timeout`` counts from the moment a worker has the job, not the wait for a worker.
+        """
+        if not timeout > 0:
+            raise ValueError(f"timeout must be positive, got {timeout!r}")
+        worker = await self._acquire()
+        keep = False
+        try:
+            kind, value = await self._exchange(worker, func, args, timeout)
+            keep = kind in ("ok", "error")
+        except WorkerCrashed:
+            if self._closed:
+                raise WorkerPoolClosed(f"the {self.name} pool is shut down") from None
+            raise
+        finally:
+            if keep:
+                self._release(worker)
+            else:
+                self._discard(worker)
+        if kind == "ok":
+            return value
+        if kind == "error":
+            if isinstance(value, BaseException):
+                raise value
+            raise WorkerError(f"the worker sent an unreadable error: {value!r}")
+        if kind == "memory":
+            raise WorkerMemoryError(f"the job needed more than {self.memory_mb} MB of memory")
+        raise WorkerError(f"unexpected reply {kind!r} from a worker")
+
+    async def warm(self, count: int = 1) -> None:
+        """Have ``count`` workers (at most ``max_workers``) alive: start the missing ones, and wait.
+
+        A worker that cannot start is logged, not raised: calls will report it.
+        """
+        if self._closed:
+            return
+        while len(self._workers) + len(self._starting) < min(count, self.max_workers):
+            self._start_one()
+        for starting in list(self._starting):
+            try:
+                await asyncio.shield(starting)
+            except Exception as exc:  # noqa: BLE001 - the calls that need a worker report it
+                logger.warning("%s worker could not start: %s", self.name, _describe_exception(exc))
+
+    async def close(self, timeout: float = 5.0) -> None:
+        """Stop every worker: idle ones are asked to exit, busy ones are killed; then reap them."""
+        self._closed = True
+        closed = WorkerPoolClosed(f"the {self.name} pool is shut down")
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_exception(closed)
+        for starting in list(self._starting):
+            # Let it come up: its done-callback sees the pool closed and stops it.
+            with contextlib.suppress(Exception):
+                await asyncio.shield(starting)
+        idle = set(self._idle)
+        self._idle.clear()
+        workers = list(self._workers)
+        self._workers.clear()
+        for worker in workers:
+            if worker in idle:
+                worker.stop()
+            else:
+                # Its caller sees the pipe end, raises WorkerPoolClosed and closes the pipe.
+                worker.kill_process()
+        dying = workers + self._dying
+        self._dying = []
+        if dying:
+            await asyncio.to_thread(_reap_all, dying, timeout)
+
+    # -- internals ---------------------------------------------------------------------------
+
+    async def _acquire(self) -> _Worker:
+        """An idle worker, or the first to become free (starting one if there is room)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            if self._closed:
+                raise WorkerPoolClosed(f"the {self.name} pool is shut down")
+            while self._idle:
+                worker = self._idle.pop()
+                if worker.alive():
+                    return worker
+                self._discard(worker)
+            if len(self._workers) + len(self._starting) < self.max_workers:
+                self._start_one()
+            waiter: asyncio.Future[_Worker | None] = loop.create_future()
+            self._waiters.append(waiter)
+            try:
+                handed = await waiter
+            except asyncio.CancelledError:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+                elif waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                    # A worker (or a turn) was handed over just as we left: pass it on.
+                    passed = waiter.result()
+                    if passed is not None:
+                        self._release(passed)
+                    else:
+                        self._wake_one()
+                raise
+            if handed is not None:
+                if handed.alive():
+                    return handed
+                self._discard(handed)
+            # None: a worker went away; look again (there may be room to start one now).
+
+    def _start_one(self) -> None:
+        """Start a worker in a thread; when it is up, it goes to a waiting caller or the idle ones."""
+        # Workers killed earlier are collected in that thread too (already dead: no wait).
+        dying, self._dying = self._dying, []
+        starting = asyncio.get_running_loop().run_in_executor(None, self._spawn, dying)
+        self._starting.add(starting)
+        starting.add_done_callback(self._started)
+
+    def _started(self, starting: asyncio.Future[_Worker]) -> None:
+        self._starting.discard(starting)
+        if starting.cancelled():
+            self._wake_one()
+            return
+        error = starting.exception()
+        if error is None:
+            worker = starting.result()
+            self._workers.add(worker)
+            self.started += 1
+            self._release(worker)
+            return
+        if not isinstance(error, WorkerError):
+            error = WorkerError(f"could not start a worker process: {_describe_exception(error)}")
+        logger.warning("%s worker could not start: %s", self.name, error)
+        if not self._workers and not self._starting:
+            # Nothing else will serve the callers waiting: they fail with the reason.
+            while self._waiters:
+                waiter = self._waiters.popleft()
+                if not waiter.done():
+                    waiter.set_exception(error)
+
+    def _spawn(self, dying: Sequence[_Worker] = ()) -> _Worker:
+        """Start a worker and wait for it to report ready (blocking: runs in a thread)."""
+        _reap_all(dying, 1.0)
+        parent_end, child_end = self._context.Pipe(duplex=True)
+        process = self._context.Process(
+            target=_worker_main,
+            args=(child_end, self.memory_mb << 20),
+            name=f"{self.name}-worker",
+            daemon=True,  # never outlives the service
+        )
+        try:
+            process.start()
+        finally:
+            child_end.close()
+        worker = _Worker(process, parent_end)
+        try:
+            if not parent_end.poll(_WORKER_START_TIMEOUT_S):
+                raise WorkerError(f"a worker did not start within {_WORKER_START_TIMEOUT_S:g} s")
+            status, detail = parent_end.recv()
+        except EOFError:
+            worker.kill()
+            worker.reap(1.0)
+            logger.warning(
+                "a %s worker ended while starting; a script that starts the service must do so "
+                "under `if __name__ == '__main__':` (workers import the main module)",
+                self.name,
+            )
+            raise WorkerError(f"a worker process ended while starting: {worker.exit_description()}") from None
+        except BaseException:
+            worker.kill()
+            worker.reap(1.0)
+            raise
+        if status != "ready":
+            worker.kill()
+            worker.reap(1.0)
+            raise WorkerError(str(detail))
+        if detail is None:
+            logger.warning("%s worker runs without a memory limit on this platform", self.name)
+        return worker
+
+    def _wake_one(self) -> None:
+        """Tell the first waiting caller to look again (a worker went away: room to start one)."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def _release(self, worker: _Worker) -> None:
+        """A worker is free: hand it to the first waiting caller, or keep it idle."""
+        if not self._closed:
+            while self._waiters:
+                waiter = self._waiters.popleft()
+                if not waiter.done():
+                    waiter.set_result(worker)
+                    return
+            if len(self._idle) < self.max_workers:
+                self._idle.append(worker)
+                return
+        self._workers.discard(worker)
+        worker.stop()
+        self._dying.append(worker)
+
+    def _discard(self, worker: _Worker) -> None:
+        """Kill a worker that cannot be trusted with another job; a waiting caller may start one."""
+        worker.kill()
+        self._workers.discard(worker)
+        if worker in self._idle:
+            self._idle.remove(worker)
+        self._dying.append(worker)
+        if not self._closed:
+            self._wake_one()
+
+    async def _exchange(
+        self, worker: _Worker, func: Callable[..., Any], args: tuple[Any, ...], timeout: float
+    ) -> tuple[str, Any]:
+        """Send one job and wait for its reply; raise WorkerTimeout or WorkerCrashed."""
+        loop = asyncio.get_running_loop()
+        try:
+            # Small, and the worker is waiting for it: the pipe takes it without blocking.
+            worker.conn.send((func, args, math.ceil(timeout) + 1))
+        except (OSError, EOFError) as exc:
+            raise WorkerCrashed(f"the worker process is gone ({_describe_exception(exc)})") from None
+        readable: asyncio.Future[None] = loop.create_future()
+        fd = worker.conn.fileno()
+        loop.add_reader(fd, _wake, readable)
+        try:
+            async with asyncio.timeout(timeout):
+                await readable
+        except TimeoutError:
+            raise WorkerTimeout(f"the job took longer than {timeout:g} s") from None
+        finally:
+            loop.remove_reader(fd)
+        try:
+            reply = worker.conn.recv()
+        except (EOFError, OSError):
+            # The pipe ends as the process exits: give it a moment to, for its exit status.
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(worker.process.join, 1.0)
+            raise WorkerCrashed(
+                f"the worker process stopped unexpectedly: {worker.exit_description()}"
+            ) from None
+        except Exception as exc:  # noqa: BLE001 - e.g. an exception that cannot be unpickled
+            return ("error", WorkerError(f"unreadable reply: {_describe_exception(exc)}"))
+        if not (isinstance(reply, tuple) and len(reply) == 2):
+            raise WorkerCrashed(f"the worker sent an unexpected message: {reply!r:.80}")
+        return reply
+
+
+def _reap_all(workers: Sequence[_Worker], timeout: float) -> None:
+    """Wait for stopped or killed workers to end, sharing one deadline (blocking)."""
+    deadline = time.monotonic() + timeout
+    for worker in workers:
+        worker.reap(max(0.0, deadline - time.monotonic()))
+
+
+# --------------------------------------------------------------------------------------------
+# URL guard: for every tool that fetches a URL
+# --------------------------------------------------------------------------------------------
+
+
+class UnsafeURLError(ValueError):
+    """A tool was asked to fetch a URL it must not (or cannot) fetch; the message says why."""
+
+
+# Refused always, even when private addresses are allowed: link-local (where the cloud metadata
+# services live) and the metadata endpoints elsewhere.
+_METADATA_NETWORKS = tuple(
+    ipaddress.ip_network(network)
+    for network in (
+        "169.254.0.0/16",  # IPv4 link-local; AWS, GCP, Azure and OCI metadata at 169.254.169.254
+        "fe80::/10",  # IPv6 link-local
+        "fd00:ec2::254/128",  # AWS instance metadata over IPv6
+        "100.100.100.200/32",  # Alibaba Cloud metadata
+    )
+)
+_METADATA_HOSTNAMES = frozenset(
+    {"metadata.google.internal", "metadata.goog", "metadata", "instance-data", "instance-data.ec2.internal"}
+)
+_THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")  # 0.0.0.0 reaches this machine on Linux
+# IPv6 prefixes whose last 32 bits are an IPv4 address the packet ends up at.
+_NAT64_NETWORKS = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
+# Parsers disagree about these (a backslash is a slash to browsers, not to urllib): refuse them.
+_URL_FORBIDDEN = re.compile(r"[\x00-\x20\x7f\\]")
+_IPV4_PART = re.compile(r"^(?:0x[0-9a-f]*|[0-9]+)$")
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+Resolver = Callable[[str, int], Iterable[str]]
+
+
+def _system_resolver(host: str, port: int) -> list[str]:
+    """Every address ``host`` resolves to, as the operating system resolves it (blocking)."""
+    return [str(info[4][0]) for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
+
+
+def _loose_ipv4(host: str) -> ipaddress.IPv4Address | None:
+    """``host`` as an IPv4 address in any form inet_aton (and so most HTTP clients) accepts.
+
+    One to four dot-separated parts, each decimal, ``0x`` hex or ``0``-prefixed octal, the last
+    filling the remaining bytes: ``2852039166``, ``0xa9fea9fe``, ``0251.0376.0251.0376`` and
+    ``169.254.43518`` are all 169.254.169.254. None when ``host`` is a name.
+    """
+    parts = host.split(".")
+    if len(parts) > 1 and parts[-1] == "":
+        parts.pop()  # a trailing dot
+    if not 1 <= len(parts) <= 4 or not all(_IPV4_PART.match(part) for part in parts):
+        return None
+    numbers = []
+    for part in parts:
+        try:
+            if part.startswith("0x"):
+                numbers.append(int(part[2:] or "0", 16))
+            elif len(part) > 1 and part.startswith("0"):
+                numbers.append(int(part, 8))
+            else:
+                numbers.append(int(part))
+        except ValueError:
+            raise UnsafeURLError(f"invalid IPv4 address {host!r}") from None
+    *head, last = numbers
+    if any(number > 255 for number in head) or last >= 256 ** (5 - len(numbers)):
+        raise UnsafeURLError(f"invalid IPv4 address {host!r}")
+    value = last
+    for index, number in enumerate(head):
+        value += number << (8 * (3 - index))
+    return ipaddress.IPv4Address(value)
+
+
+def _parse_address(text: str) -> Address:
+    """An address as a resolver or a URL gives it, without an IPv6 zone (``fe80::1%eth0``)."""
+    return ipaddress.ip_address(text.split("%", 1)[0])
+
+
+def _literal_address(host: str) -> Address | None:
+    """The address a URL's host names literally, or None for a host name."""
+    if ":" in host:  # urlsplit() gives an IPv6 literal without its brackets
+        try:
+            return _parse_address(urllib.parse.unquote(host))
+        except ValueError:
+            raise UnsafeURLError(f"invalid IPv6 address {host!r}") from None
+    if "%" in host:
+        raise UnsafeURLError(f"percent-encoded host names are not allowed ({host!r})")
+    return _loose_ipv4(host)
+
+
+def _embedded_ipv4(address: ipaddress.IPv6Address) -> tuple[ipaddress.IPv4Address | None, bool]:
+    """The IPv4 address inside an IPv6 one, and whether the IPv6 address is only its wrapper."""
+    if address.ipv4_mapped is not None:  # ::ffff:169.254.169.254
+        return address.ipv4_mapped, True
+    if any(address in network for network in _NAT64_NETWORKS):
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF), True
+    if address in _IPV4_COMPATIBLE and int(address) > 1:  # ::169.254.169.254 (deprecated form)
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF), True
+    if address.sixtofour is not None:  # 2002:a9fe:a9fe:: routes to 169.254.169.254
+        return address.sixtofour, False
+    return None, False
+
+
+def _address_problem(address: Address, allow_private: bool) -> str | None:
+    """Why a tool must not connect to ``address``, or None when it may."""
+    if isinstance(address, ipaddress.IPv6Address):
+        address = ipaddress.IPv6Address(int(address))  # drop a zone
+        inner, wrapper = _embedded_ipv4(address)
+        if inner is not None:
+            problem = _address_problem(inner, allow_private)
+            if problem is not None or wrapper:
+                return problem and f"{problem} ({inner} inside an IPv6 address)"
+    if any(address in network for network in _METADATA_NETWORKS if network.version == address.version):
+        return "a link-local or cloud metadata address"
+    if address.is_unspecified or address.is_multicast or (address.version == 4 and address in _THIS_NETWORK):
+        return "not a unicast address"
+    if address.version == 4 and int(address) == 0xFFFFFFFF:
+        return "not a unicast address"
+    if allow_private:
+        return None
+    if address.is_loopback:
+        return "a loopback address"
+    if not address.is_global:
+        return "a private or internal address"
+    return None
+
+
+def resolve_fetch_url(
+    url: str, *, allow_private: bool = False, resolver: Resolver | None = None
+) -> list[str]:
+    """Check that a tool may fetch ``url`` and return the addresses it may connect to.
+
+    Refused (:class:`UnsafeURLError`): schemes other than http and https; credentials in the
+    URL; whitespace, control characters or backslashes; link-local and cloud metadata addresses
+    and host names (169.254.0.0/16 with 169.254.169.254, fe80::/10, fd00:ec2::254,
+    100.100.100.200, metadata.google.internal), always; loopback, private and other non-global
+    addresses unless ``allow_private``. IPv4 written as one number, in hex or in octal, and IPv4
+    inside IPv6 (``::ffff:169.254.169.254``, NAT64, 6to4) count as the IPv4 address. A host name
+    is resolved (``resolver(host, port)``, by default the system's) and *every* address it
+    resolves to must pass, so a DNS name pointing at the metadata service is refused too.
+
+    Blocking when it resolves a name; from async code use :func:`check_fetch_url_async`. A
+    fetcher should connect to the returned addresses (a name can resolve differently a moment
+    later) and check every redirect's URL again.
+    """
+    if not isinstance(url, str):
+        raise UnsafeURLError(f"the URL must be a string, got {type(url).__name__}")
+    shown = url if len(url) <= 200 else url[:197] + "..."
+    if _URL_FORBIDDEN.search(url):
+        raise UnsafeURLError(
+            f"refusing to fetch {shown!r}: it contains whitespace, control characters or backslashes"
+        )
+    try:
+        parts = urllib.parse.urlsplit(url)
+        host = parts.hostname
+        port = parts.port
+    except ValueError as exc:
+        raise UnsafeURLError(f"refusing to fetch {shown}: invalid URL ({exc})") from None
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https"):
+        raise UnsafeURLError(f"refusing to fetch {shown}: only http and https URLs can be fetched")
+    if not host:
+        raise UnsafeURLError(f"refusing to fetch {shown}: the URL has no host")
+    if parts.username is not None or parts.password is not None:
+        raise UnsafeURLError(f"refusing to fetch {shown}: user names and passwords in URLs are not allowed")
+    port = port or (443 if scheme == "https" else 80)
+    if not host.isascii():
+        # As the resolver will see it: IDNA maps full-width digits and letters to ASCII, so
+        # "１２７.０.０.１" is 127.0.0.1 and "ｍｅｔａｄａｔａ.google.internal" the metadata host.
+        try:
+            host = host.encode("idna").decode("ascii")
+        except UnicodeError:
+            raise UnsafeURLError(f"refusing to fetch {shown}: invalid host name") from None
+    try:
+        literal = _literal_address(host)
+    except UnsafeURLError as exc:
+        raise UnsafeURLError(f"refusing to fetch {shown}: {exc}") from None
+    if literal is not None:
+        addresses: list[Address] = [literal]
+    else:
+        name = host.rstrip(".")
+        if name in _METADATA_HOSTNAMES:
+            raise UnsafeURLError(f"refusing to fetch {shown}: {name} is a cloud metadata host name")
+        if not allow_private and (name == "localhost" or name.endswith(".localhost")):
+            raise UnsafeURLError(f"refusing to fetch {shown}: {name} is a loopback host name")
+        try:
+            resolved = list((resolver or _system_resolver)(name, port))
+        except (OSError, UnicodeError) as exc:
+            raise UnsafeURLError(
+                f"refusing to fetch {shown}: {name} could not be resolved ({_describe_exception(exc)})"
+            ) from None
+        if not resolved:
+            raise UnsafeURLError(f"refusing to fetch {shown}: {name} resolved to no address")
+        try:
+            addresses = [_parse_address(str(item)) for item in resolved]
+        except ValueError as exc:
+            raise UnsafeURLError(f"refusing to fetch {shown}: {name} resolved to {exc}") from None
+    for address in addresses:
+        problem = _address_problem(address, allow_private)
+        if problem is not None:
+            where = host if literal is not None else f"{host} (resolving to {address})"
+            raise UnsafeURLError(f"refusing to fetch {shown}: {where} is {problem}")
+    return [str(address) for address in dict.fromkeys(addresses)]
+
+
+def check_fetch_url(url: str, *, allow_private: bool = False, resolver: Resolver | None = None) -> None:
+    """Raise :class:`UnsafeURLError` unless a tool may fetch ``url`` (see :func:`resolve_fetch_url`)."""
+    resolve_fetch_url(url, allow_private=allow_private, resolver=resolver)
+
+
+async def check_fetch_url_async(
+    url: str, *, allow_private: bool = False, resolver: Resolver | None = None
+) -> list[str]:
+    """:func:`resolve_fetch_url` in a thread, so name resolution does not block the event loop."""
+    return await asyncio.to_thread(resolve_fetch_url, url, allow_private=allow_private, resolver=resolver)

@@ -63,6 +63,32 @@ class RunObserver(Protocol):
     def run_finished(self, run_id: str, terminal: Event, appended: int) -> None: ...
 
 
+class RunGate(Protocol):
+    """Per-owner limits on runs (quotas); every call is cheap and synchronous.
+
+    ``admit`` refuses a run before anything of it exists by raising (the transports' quotas
+    raise :class:`~service.errors.QuotaExceeded`); each admitted run is ``release``d exactly
+    once, however it ends; ``used`` hears the model tokens of each turn as it is logged.
+    """
+
+    def admit(self, owner: str) -> None: ...
+
+    def used(self, owner: str, usage: Usage) -> None: ...
+
+    def release(self, owner: str) -> None: ...
+
+
+class _NoGate:
+    def admit(self, owner: str) -> None:
+        pass
+
+    def used(self, owner: str, usage: Usage) -> None:
+        pass
+
+    def release(self, owner: str) -> None:
+        pass
+
+
 class _NoObserver:
     def run_started(self, run_id: str, appended: int) -> None:
         pass
@@ -139,12 +165,14 @@ class RunManager:
         *,
         store: SessionStore | None = None,
         observer: RunObserver | None = None,
+        gate: RunGate | None = None,
         default_max_turns: int = 10,
         max_concurrent: int = 256,
     ) -> None:
         self._agent = agent
         self._store = store
         self._observer = observer or _NoObserver()
+        self._gate = gate or _NoGate()
         self._default_max_turns = default_max_turns
         self._max_concurrent = max_concurrent
         self._runs: dict[str, Run] = {}
@@ -180,6 +208,7 @@ class RunManager:
             message=message,
             max_turns=max_turns or self._default_max_turns,
         )
+        self._gate.admit(session.owner)  # may refuse (a quota); from here on it is released
         self._runs[session.id] = run
         self._idle.clear()
         try:
@@ -212,6 +241,7 @@ class RunManager:
     def _forget(self, run: Run) -> None:
         if self._runs.get(run.session.id) is run:
             del self._runs[run.session.id]
+            self._gate.release(run.session.owner)
         if not self._runs:
             self._idle.set()
 
@@ -324,6 +354,7 @@ class RunManager:
                 observer.event_logged(run.id, event)
                 if isinstance(event, TurnCompleted | PlanCreated):
                     session.usage = session.usage + event.usage
+                    self._gate.used(session.owner, event.usage)
             await self._finish(
                 run, RunError(error="the agent stopped without a result", turns=progress.turns)
             )

@@ -1,9 +1,9 @@
 """Access control: API keys, short-lived browser tokens, session ownership, origins and CORS.
 
-- With ``AGENT_API_KEYS`` set, every route but ``/healthz`` and the static page needs a key:
-  ``Authorization: Bearer <key>`` for scripts. Browsers can't set headers on ``EventSource`` or
-  ``WebSocket``, so ``POST /auth/token`` trades a key for a short-lived signed token, accepted
-  as ``?token=``, as a cookie, or as a Bearer value.
+- With ``AGENT_API_KEYS`` set, every route but ``/healthz``, ``/openapi.json`` and the static
+  page needs a key: ``Authorization: Bearer <key>`` for scripts. Browsers can't set headers
+  on ``EventSource`` or ``WebSocket``, so ``POST /auth/token`` trades a key for a short-lived
+  signed token, accepted as ``?token=``, as a cookie, or as a Bearer value.
 - A request's *owner* is a fingerprint of its key. Sessions remember their owner; any other
   key gets 404, so a session's existence does not leak.
 - Tokens are stateless: the payload (owner, expiry) is signed with the owner's own key, so any
@@ -28,7 +28,7 @@ from service.config import Settings
 
 OWNER_KEY = web.RequestKey("owner", str)
 TOKEN_COOKIE = "agentstream_token"
-PUBLIC_PATHS = frozenset({"/", "/healthz", "/favicon.ico"})
+PUBLIC_PATHS = frozenset({"/", "/healthz", "/favicon.ico", "/openapi.json"})
 PUBLIC_PREFIXES = ("/static/",)
 CORS_HEADERS = "Authorization, Content-Type, Last-Event-ID"
 CORS_METHODS = "GET, POST, DELETE, OPTIONS"
@@ -41,6 +41,14 @@ def _b64(data: bytes) -> str:
 
 def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def fingerprint(key: str) -> str:
@@ -62,6 +70,8 @@ class Authenticator:
 
     def owner_of_key(self, candidate: str) -> str | None:
         """The owner id if ``candidate`` is one of the keys."""
+        if not candidate.isascii() and not _encodable(candidate):
+            return None  # a header's bytes that are not UTF-8: no key of ours
         owner = fingerprint(candidate)
         key = self._keys.get(owner)
         if key is not None and hmac.compare_digest(key.encode(), candidate.encode()):

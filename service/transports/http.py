@@ -15,7 +15,7 @@ from contextlib import aclosing
 from typing import Annotated, Any, TypeVar
 
 from aiohttp import web
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from service.app import SERVICES, Services
 from service.core.events import Event, RunDone, RunError, TextDelta, is_terminal
@@ -44,7 +44,19 @@ def _not_blank(value: str) -> str:
 
 
 Text = Annotated[str, Field(min_length=1), AfterValidator(_not_blank)]
-MaxTurns = Annotated[int | None, Field(default=None, ge=1, le=100)]
+
+
+def _json_integer(value: object) -> object:
+    # pydantic's lax mode would take ``true`` and ``"3"`` as integers; JSON Schema's "integer"
+    # (and so the OpenAPI document) takes neither, but does take ``3.0``.
+    if isinstance(value, bool | str):
+        raise ValueError("must be an integer")
+    return value
+
+
+MaxTurns = Annotated[
+    Annotated[int, Field(ge=1, le=100)] | None, BeforeValidator(_json_integer), Field(default=None)
+]
 
 
 class AgentRequest(BaseModel):
@@ -113,7 +125,10 @@ async def error_middleware(
             message = "request body too large"
         else:
             message = exc.reason
-        return error_response(exc.status, message)
+        response = error_response(exc.status, message)
+        if "Allow" in exc.headers:  # a 405 says which methods the path takes (RFC 9110)
+            response.headers["Allow"] = exc.headers["Allow"]
+        return response
     except EventsPurged as exc:
         return error_response(410, str(exc), oldest_id=exc.oldest_id)
     except tuple(_DOMAIN_ERRORS) as exc:
@@ -124,7 +139,9 @@ async def error_middleware(
             response.headers["Retry-After"] = "1"
         return response
     except ConnectionResetError:
-        raise
+        # The client went away before or while we answered: nobody is left to tell, and it is no
+        # fault of ours to log. aiohttp drops this reply quietly when it cannot be written.
+        return web.Response(status=499, reason="Client Closed Request")
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
         return error_response(500, "internal server error")
@@ -145,6 +162,8 @@ async def read_object(request: web.Request, *, allow_empty: bool = False) -> dic
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise json_error(400, f"malformed JSON: {exc}") from None
+    except RecursionError:
+        raise json_error(400, "malformed JSON: nested too deeply") from None
     if not isinstance(data, dict):
         raise json_error(422, "request body must be a JSON object")
     return data
@@ -281,14 +300,21 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 @contextlib.contextmanager
-def open_connection(services: Services, transport: str) -> Iterator[None]:
-    """Count a streaming connection for as long as the block runs."""
+def open_connection(services: Services, transport: str, owner: str | None = None) -> Iterator[None]:
+    """Count a streaming connection for as long as the block runs; with ``owner``, it also holds
+    one of that owner's stream slots (``AGENT_QUOTA_STREAMS``): entering raises
+    :class:`~service.errors.QuotaExceeded` (a 429) when none is free, so enter before the
+    response starts."""
+    if owner is not None:
+        services.quotas.acquire_stream(owner)
     gauge = services.metrics.connections.labels(transport)
     gauge.inc()
     try:
         yield
     finally:
         gauge.dec()
+        if owner is not None:
+            services.quotas.release_stream(owner)
 
 
 def add_routes(app: web.Application) -> None:

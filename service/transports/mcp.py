@@ -195,7 +195,9 @@ class StandaloneChannel:
     ) -> dict[str, Any]:
         raise NoBackChannelError(method)
 
-    async def notify(self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None) -> None:
+    async def notify(
+        self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None
+    ) -> None:
         log.debug("dropped %s: no request to answer it on", method)
 
 
@@ -362,7 +364,13 @@ class McpStream:
     def start(self, session_id: str) -> None:
         if self.closed.is_set() or self.mcp.level is None or session_id in self.pumps:
             return
-        self.pumps[session_id] = asyncio.create_task(self._pump(session_id), name=f"mcp-pump-{session_id}")
+        after = self.mcp.followed.get(session_id)
+        if after is None:
+            return
+        # The position is read now, not when the task first runs: by then it may have moved.
+        self.pumps[session_id] = asyncio.create_task(
+            self._pump(session_id, after), name=f"mcp-pump-{session_id}"
+        )
 
     def stop(self, session_id: str) -> None:
         task = self.pumps.pop(session_id, None)
@@ -375,12 +383,9 @@ class McpStream:
             task.cancel()
         self.pumps.clear()
 
-    async def _pump(self, session_id: str) -> None:
+    async def _pump(self, session_id: str, after: int) -> None:
         mcp = self.mcp
         try:
-            after = mcp.followed.get(session_id)
-            if after is None:
-                return
             try:
                 session = await mcp.services.sessions.get_owned(session_id, mcp.owner)
             except SessionNotFound:
@@ -406,6 +411,8 @@ class McpStream:
         """The SSE blocks for one queue item; advances the followed positions."""
         mcp = self.mcp
         blocks: list[str] = []
+        if self.closed.is_set():
+            return blocks  # a newer stream took over: the positions are its to move
         session_id, what = item
         if session_id not in mcp.followed:
             return blocks  # unfollowed since the pump read it
@@ -459,7 +466,7 @@ class McpStream:
             closer.cancel()
             if not getter.done():
                 getter.cancel()
-        if getter.done() and not getter.cancelled():
+        if getter.done() and not getter.cancelled() and not self.closed.is_set():
             return getter.result()
         return None
 
@@ -654,7 +661,7 @@ async def get(request: web.Request) -> web.StreamResponse:
     stream = McpStream(mcp)
     mcp.attach(stream)
     try:
-        with open_connection(services, "mcp"):
+        with open_connection(services, "mcp", owner_of(request)):
             async with event_stream(request, services, headers={SESSION_HEADER: mcp.id}) as response:
                 await _stream(request, services, response, stream)
             return response

@@ -37,6 +37,7 @@ from service.core.events import RunDone, RunError, TextDelta, is_terminal
 from service.core.sessions import RUNNING, Session
 from service.errors import (
     Overloaded,
+    QuotaExceeded,
     RunInProgress,
     SessionLimitReached,
     SessionNotFound,
@@ -45,6 +46,7 @@ from service.errors import (
 from service.transports import dialects
 from service.transports.auth import owner_of
 from service.transports.http import MaxTurns, Text
+from service.transports.quotas import quota_fields
 from service.transports.sessions import IndexAhead, poll
 
 if TYPE_CHECKING:
@@ -265,6 +267,8 @@ async def call_tool(
         return _result(await tools.session_cancel(args))  # type: ignore[arg-type]
     except ToolFailed as exc:
         return _failure(str(exc))
+    except QuotaExceeded as exc:
+        return _failure(exc.message, **quota_fields(exc))
     except tuple(_DOMAIN_MESSAGES) as exc:
         code = type(exc).__name__
         return _failure(_DOMAIN_MESSAGES[type(exc)], code=code)

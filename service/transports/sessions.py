@@ -6,6 +6,7 @@ so a client may mix the two and see nothing lost and nothing twice.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from aiohttp import web
@@ -34,6 +35,17 @@ async def session_of(request: web.Request) -> tuple[Services, Session]:
     return services, session
 
 
+DECIMAL = re.compile(r"-?[0-9]+")
+
+
+def decimal(raw: str) -> int:
+    """``raw`` as an integer, written in ASCII digits; ``ValueError`` otherwise (``int()`` alone
+    would also take ``" 5"``, ``"+5"``, ``"1_0"`` and other scripts' digits)."""
+    if not DECIMAL.fullmatch(raw):
+        raise ValueError(raw)
+    return int(raw)
+
+
 def int_param(request: web.Request, *names: str, minimum: int = 0) -> int | None:
     """The first of ``names`` present in the query string as an integer; 400 if it is not one."""
     for name in names:
@@ -41,7 +53,7 @@ def int_param(request: web.Request, *names: str, minimum: int = 0) -> int | None
         if raw is None:
             continue
         try:
-            value = int(raw)
+            value = decimal(raw)
         except ValueError:
             raise json_error(400, f"{name} must be an integer, got {raw!r}") from None
         if value < minimum:

@@ -36,7 +36,7 @@ from service.transports.http import (
     read_json,
     start_ephemeral,
 )
-from service.transports.sessions import int_param, purged_body, session_of
+from service.transports.sessions import decimal, int_param, purged_body, session_of
 
 NO_BUFFERING = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -61,15 +61,16 @@ async def agent_stream(request: web.Request) -> web.StreamResponse:
     """``POST /agent/stream``: the run's events as ``data: {json}`` lines, ``done`` last."""
     services = request.app[SERVICES]
     body = await read_json(request, AgentRequest)
-    session = await start_ephemeral(services, body, owner_of(request))
+    owner = owner_of(request)
     delivered = services.metrics.events_delivered.labels("sse")
-    try:
-        with open_connection(services, "sse"):
-            response = await _agent_stream(request, services, session, delivered)
-        return response
-    finally:
-        # Shielded: a second cancellation must not leave the run going with nobody to read it.
-        await asyncio.shield(end_ephemeral(services, session))
+    # The stream slot first: a key at its stream quota gets its 429 before any query starts.
+    with open_connection(services, "sse", owner):
+        session = await start_ephemeral(services, body, owner)
+        try:
+            return await _agent_stream(request, services, session, delivered)
+        finally:
+            # Shielded: a second cancellation must not leave the run going with nobody to read it.
+            await asyncio.shield(end_ephemeral(services, session))
 
 
 async def _agent_stream(
@@ -135,7 +136,7 @@ def _last_event_id(request: web.Request) -> int | None:
     header = request.headers.get("Last-Event-ID")
     if header is not None and header.strip():
         try:
-            value = int(header.strip())
+            value = decimal(header.strip())
         except ValueError:
             raise json_error(400, f"Last-Event-ID must be an event id (an integer), got {header!r}") from None
         if value < 0:
@@ -162,7 +163,7 @@ async def session_events(request: web.Request) -> web.StreamResponse:
             return web.json_response(
                 await purged_body(services, session, after, oldest), status=410, dumps=dialects.dumps
             )
-    with open_connection(services, "sse"):
+    with open_connection(services, "sse", owner_of(request)):
         return await _session_stream(request, services, session, after, last, running)
 
 
@@ -203,11 +204,21 @@ async def _follow(
     delivered = services.metrics.events_delivered.labels("sse")
     subscription = log.subscribe(after, idle_timeout=settings.heartbeat_interval_s)
     last_sent = after
+    # While this stream waits for its next batch, a shutdown may end it there (see _drain).
+    waiting = request.app[SESSION_STREAMS]
+    task = asyncio.current_task()
     # The status as of the last event sent: on a shared store the session object is a copy
     # read when the request came, and the log's status changes are what keep it current.
     status = session.status
     try:
-        async for batch in subscription:
+        while True:
+            waiting.add(task)
+            try:
+                batch = await anext(subscription)
+            except StopAsyncIteration:
+                return
+            finally:
+                waiting.discard(task)
             if not batch:
                 heartbeat = {"type": "heartbeat", "last_id": last_sent, "status": status}
                 await response.send(encode(heartbeat), event="heartbeat", retry=retry)
@@ -262,8 +273,47 @@ async def _follow(
             "last_id": last_sent,
         }
         await response.send(encode(error), event="error")
+    except asyncio.CancelledError as exc:
+        if DRAIN not in exc.args or task is None:
+            raise  # the client went away
+        # The server is shutting down: what the log holds for this reader, then how soon to
+        # come back (to another instance); the browser reconnects with its Last-Event-ID.
+        task.uncancel()
+        await _drain(request, response, services, log, last_sent)
     finally:
         await subscription.aclose()
+
+
+async def _drain(
+    request: web.Request, response: EventSourceResponse, services: Services, log: Any, last_sent: int
+) -> None:
+    settings = services.settings
+    try:
+        async with asyncio.timeout(settings.sse_send_timeout_s):
+            backlog = await log.read(last_sent, strict=False)
+            if backlog:
+                blocks = b"".join(dialects.session_sse(entry) for entry in backlog)
+                await write_blocks(request, response, blocks, settings.sse_send_timeout_s)
+            await response.write(f": server shutting down\nretry: {settings.sse_retry_ms}\n\n".encode())
+    except (TimeoutError, ConnectionResetError, StoreUnavailable, EventsPurged):
+        pass  # the reader resumes from its last id all the same
+
+
+DRAIN = "drain"
+# The handler tasks of session streams suspended waiting for their next batch.
+SESSION_STREAMS = web.AppKey("session_streams", set)
+
+
+async def _drain_session_streams(app: web.Application) -> None:
+    """On shutdown (after every run here wrote its terminal event): end each session stream that
+    waits for events (a query running on another instance, or one whose end it has yet to
+    read) with what its log holds and a ``retry:`` hint, so the client reconnects, elsewhere,
+    at once. Only streams suspended waiting are cancelled, so none is cut mid-write."""
+    tasks = list(app[SESSION_STREAMS])
+    for task in tasks:
+        task.cancel(DRAIN)
+    if tasks:
+        await asyncio.wait(tasks, timeout=app[SERVICES].settings.shutdown_timeout_s)
 
 
 async def steps_stream(request: web.Request) -> web.StreamResponse:
@@ -274,9 +324,9 @@ async def steps_stream(request: web.Request) -> web.StreamResponse:
         raise json_error(400, "Query parameter is required")
     check_length(services, query, "query")
     after = await session.log.last_id()
-    await services.runs.start(session, query)
     delivered = services.metrics.events_delivered.labels("sse")
-    with open_connection(services, "sse"):
+    with open_connection(services, "sse", owner_of(request)):
+        await services.runs.start(session, query)  # after the stream slot: a 429 starts nothing
         async with (
             event_stream(request, services) as response,
             aclosing(session.log.subscribe(after)) as batches,
@@ -340,6 +390,8 @@ async def selftest_stream(request: web.Request) -> web.StreamResponse:
 
 def add_routes(app: web.Application) -> None:
     """Register the SSE routes."""
+    app[SESSION_STREAMS] = set()
+    app.on_shutdown.append(_drain_session_streams)
     app.router.add_get("/selftest/stream", selftest_stream)
     app.router.add_post("/agent/stream", agent_stream)
     app.router.add_get("/sessions/{session_id}/events", session_events)

@@ -25,6 +25,7 @@ from service.core.sessions import Session
 from service.errors import (
     EventsPurged,
     Overloaded,
+    QuotaExceeded,
     RunInProgress,
     SessionLimitReached,
     SessionNotFound,
@@ -32,6 +33,7 @@ from service.errors import (
 )
 from service.transports import dialects
 from service.transports.auth import origin_allowed, owner_of
+from service.transports.quotas import quota_fields
 
 log = logging.getLogger(__name__)
 
@@ -147,9 +149,16 @@ class Connection:
                 message = json.loads(text)
             except ValueError as exc:
                 raise ClientError("bad_json", f"malformed JSON: {exc}") from None
+            except RecursionError:
+                raise ClientError("bad_json", "malformed JSON: nested too deeply") from None
             if not isinstance(message, dict):
                 raise ClientError("invalid", "a message must be a JSON object")
+            if "\\u" in text and not _encodable(message):
+                # A lone surrogate (an escaped one: JSON text is UTF-8) can't be stored or sent.
+                raise ClientError("invalid", "a message must be valid Unicode text (no lone surrogates)")
             request_type = message.get("type")
+            if request_type != "ping":
+                self._count_request()
             handler = self._handlers.get(request_type) if isinstance(request_type, str) else None
             if handler is None:
                 raise ClientError(
@@ -268,6 +277,13 @@ class Connection:
         except SessionLimitReached as exc:
             raise ClientError("overloaded", str(exc)) from None
 
+    def _count_request(self) -> None:
+        """A message counts as a request against the key's per-minute quota (pings do not)."""
+        try:
+            self.services.quotas.check_request(self.owner)
+        except QuotaExceeded as exc:
+            raise _quota_error(exc) from None
+
     def _check_query(self, content: str, max_turns: int | None, **context: Any) -> None:
         limit = self.services.settings.max_message_chars
         if len(content) > limit:
@@ -285,6 +301,8 @@ class Connection:
             ) from None
         except Overloaded as exc:
             raise ClientError("overloaded", str(exc), session_id=session.id) from None
+        except QuotaExceeded as exc:
+            raise _quota_error(exc, session_id=session.id) from None
         await self.emit_json({"type": "accepted", "session_id": session.id, "run_id": run.id})
 
     def _stop_subscription(self, session_id: str) -> bool:
@@ -378,6 +396,21 @@ class Connection:
             await self._end_ephemeral(session_id)
 
 
+def _encodable(message: dict[str, Any]) -> bool:
+    try:
+        json.dumps(message, ensure_ascii=False).encode()
+    except (UnicodeEncodeError, RecursionError):
+        return False
+    return True
+
+
+def _quota_error(exc: QuotaExceeded, **context: Any) -> ClientError:
+    """A quota refusal as an ``error`` frame: code ``quota_exceeded``, the quota, its limit and
+    ``retry_after`` (seconds), like the HTTP 429's body."""
+    fields = quota_fields(exc)
+    return ClientError(fields.pop("code"), exc.message, **fields, **context)
+
+
 def _required_str(message: dict[str, Any], name: str) -> str:
     value = message.get(name)
     if not isinstance(value, str) or not value:
@@ -406,8 +439,15 @@ async def websocket(request: web.Request) -> web.StreamResponse:
         compress=False,
         timeout=settings.ws_send_timeout_s,  # how long a close waits for the client's answer
     )
-    await ws.prepare(request)
-    connection = Connection(ws, services, owner_of(request))
+    owner = owner_of(request)
+    quotas = services.quotas
+    quotas.acquire_stream(owner)  # no free stream slot: a 429 instead of the upgrade
+    try:
+        await ws.prepare(request)
+    except BaseException:
+        quotas.release_stream(owner)
+        raise
+    connection = Connection(ws, services, owner)
     request.app[SOCKETS].add(connection)
     sockets = services.metrics.connections.labels("ws")
     sockets.inc()
@@ -429,8 +469,14 @@ async def websocket(request: web.Request) -> web.StreamResponse:
                 break
     except _TooSlow:
         pass
+    except Exception:
+        # A fault of ours: close with 1011 rather than let the error middleware write an HTTP
+        # 500 into the upgraded connection (the client would see a broken frame).
+        log.exception("unhandled error on a WebSocket")
+        await ws.close(code=WSCloseCode.INTERNAL_ERROR, message=b"internal error")
     finally:
         sockets.dec()
+        quotas.release_stream(owner)
         request.app[SOCKETS].discard(connection)
         await connection.close()
     return ws

@@ -7,6 +7,7 @@ over HTTP and WebSocket like a client behind a round-robin load balancer would.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -489,3 +490,73 @@ async def test_mcp_clients_on_both_instances_follow_one_session(
     assert ids(from_b) == list(range(first[-1]["id"] + 1, last + 1))
     assert [int(event["id"]) for event in from_sse] == ids(from_b)
     assert "7" in from_b[-1]["output"]
+
+
+async def read_sse_raw(response: aiohttp.ClientResponse) -> list[str]:
+    """Every line of an SSE body until the server ends it."""
+    lines = []
+    try:
+        async for line in response.content:
+            lines.append(line.decode().rstrip("\r\n"))
+    except aiohttp.ClientPayloadError:
+        lines.append("<cut>")
+    return lines
+
+
+async def test_sigterm_drains_clients_to_the_other_instance_with_nothing_lost(
+    redis_url: str, redis_prefix: str
+) -> None:
+    """SIGTERM: listening stops, the query running here ends for everyone, a stream waiting on a
+    query that runs elsewhere gets a retry hint, WebSockets get 1001, the process exits in time,
+    and every client resumes on the other instance from its last id."""
+    env = instance_env(redis_url, redis_prefix, AGENT_SHUTDOWN_TIMEOUT_S="5", AGENT_SSE_RETRY_MS="250")
+    slow = "a long answer [emu:tokens=2000] [emu:tps=50]"
+    async with ServiceProcess(env) as a, ServiceProcess(env) as b, aiohttp.ClientSession() as http:
+        here, elsewhere = await create_session(http, a), await create_session(http, b)
+        assert await post_message(http, a, here, slow) == 202
+        assert await post_message(http, b, elsewhere, "[emu:tokens=100] [emu:tps=20]") == 202
+        sse_here = await http.get(f"{a.base_url}/sessions/{here}/events", headers={"Last-Event-ID": "0"})
+        sse_elsewhere = await http.get(
+            f"{a.base_url}/sessions/{elsewhere}/events", headers={"Last-Event-ID": "0"}
+        )
+        ws = await http.ws_connect(f"{a.base_url.replace('http', 'ws')}/ws")
+        await ws.send_json({"type": "subscribe", "session_id": here, "last_event_id": 0})
+        ws_seen: list[dict[str, Any]] = []
+        while not any(frame.get("type") == "assistant_text" for frame in ws_seen):
+            ws_seen.append(await ws.receive_json())
+        stopped_at = time.monotonic()
+        stopping = asyncio.ensure_future(a.aterminate())
+        here_lines, elsewhere_lines = await asyncio.wait_for(
+            asyncio.gather(read_sse_raw(sse_here), read_sse_raw(sse_elsewhere)), 10
+        )
+        while (message := await ws.receive()).type == aiohttp.WSMsgType.TEXT:
+            ws_seen.append(json.loads(message.data))
+        assert message.type == aiohttp.WSMsgType.CLOSE and message.data == 1001
+        assert await stopping == 0
+        assert time.monotonic() - stopped_at < 5 + 2  # within the shutdown timeout
+        assert "<cut>" not in here_lines + elsewhere_lines  # every stream ended properly
+        # The query that ran here ended for its readers with a recoverable error...
+        here_ids = [int(line[4:]) for line in here_lines if line.startswith("id: ")]
+        assert here_ids == list(range(1, len(here_ids) + 1))
+        ended = json.loads([line for line in here_lines if line.startswith("data: ")][-1][6:])
+        assert ended["type"] == "error" and ended["code"] == "shutdown" and ended["recoverable"] is True
+        ws_ids = [frame["id"] for frame in ws_seen if "id" in frame]
+        assert ws_ids == here_ids
+        # ...and the other instance has all of it, nothing more to send, and goes on with it.
+        async with http.get(f"{b.base_url}/sessions/{here}") as response:
+            state = await response.json()
+        assert state["status"] == "idle" and state["last_event_id"] == here_ids[-1]
+        async with http.get(
+            f"{b.base_url}/sessions/{here}/events", headers={"Last-Event-ID": str(here_ids[-1])}
+        ) as response:
+            assert response.status == 204
+        assert await post_message(http, b, here, "and now? [emu:tokens=3]") == 202
+        after = await read_events(http, b, here, here_ids[-1])
+        assert payloads(after)[0]["type"] == "processing" and payloads(after)[-1]["type"] == "done"
+        # The stream that followed a query running elsewhere was told to come back soon, and
+        # picks up on the other instance where it stopped.
+        assert elsewhere_lines[-3:] == [": server shutting down", "retry: 250", ""]
+        elsewhere_ids = [int(line[4:]) for line in elsewhere_lines if line.startswith("id: ")]
+        rest = await read_events(http, b, elsewhere, elsewhere_ids[-1])
+        assert elsewhere_ids + ids_of(rest) == list(range(1, ids_of(rest)[-1] + 1))
+        assert payloads(rest)[-1]["type"] == "done"

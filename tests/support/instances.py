@@ -27,6 +27,14 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 30.0
 
 EnvValue = str | int | float | bool | None
+# A test's clients are one anonymous owner doing many users' work: no per-key quotas unless the
+# test's env sets them.
+NO_QUOTAS = {
+    "AGENT_QUOTA_STREAMS": "0",
+    "AGENT_QUOTA_RUNS": "0",
+    "AGENT_QUOTA_REQUESTS_PER_MINUTE": "0",
+    "AGENT_QUOTA_TOKENS_PER_DAY": "0",
+}
 
 
 def _is_ready_line(line: str) -> bool:
@@ -78,7 +86,7 @@ class ServiceProcess:
         return f"--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}"
 
     def _environment(self) -> dict[str, str]:
-        environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        environment = {**os.environ, **NO_QUOTAS, "PYTHONUNBUFFERED": "1"}
         for name, value in self.env.items():
             if value is None:
                 environment.pop(name, None)

@@ -1,0 +1,296 @@
+"""Per-key quotas: open streams, running queries, requests per minute, model tokens per day.
+
+Each API key (its *owner*, see :func:`service.transports.auth.owner_of`; with no keys configured
+every request belongs to the one anonymous owner ``""``) has, apart from every other key:
+
+- ``AGENT_QUOTA_STREAMS`` streams open at once: SSE responses (``POST /agent/stream``,
+  ``GET /sessions/{id}/events``, ``GET /sessions/{id}/stream``, ``GET /mcp``) and WebSockets;
+  a slot is taken before the response starts and freed when the handler ends.
+- ``AGENT_QUOTA_RUNS`` queries running at once, however they were started; a slot is held from
+  the run's start to its terminal event (the run manager consults this class as its
+  :class:`~service.core.runs.RunGate`), so a client that has read ``done`` may start the next.
+- ``AGENT_QUOTA_REQUESTS_PER_MINUTE`` HTTP requests, and WebSocket messages other than
+  ``ping``, in any sliding minute (counted per second).
+- ``AGENT_QUOTA_TOKENS_PER_DAY`` model tokens (input + output of every model turn) per UTC day:
+  checked when a query starts, counted as each turn's usage is logged, so the query that crosses
+  the limit runs to its end and the next one is refused until 00:00 UTC.
+
+0 means unlimited. A refusal is :class:`~service.errors.QuotaExceeded`: over HTTP a 429 with a
+``Retry-After`` header (whole seconds) and the body ``{"error", "code": "quota_exceeded",
+"quota", "limit", "retry_after"}``; on a WebSocket an ``error`` frame with the same fields, and
+the socket stays open. What needs no key (``/healthz``, the browser page and its static files) is
+not counted, so a page shared by many users under keys is never refused; requests without a valid
+key are refused (401) before they are counted; refused attempts do not count.
+
+The counters live in this process's memory. With several instances (``AGENT_REDIS_URL``), each
+instance enforces the quotas on the work it serves itself: a key spread over N instances by a
+balancer may use up to N times each quota in all. The clock (``clock``, epoch seconds) is
+injectable, so tests move time instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from service.config import Settings
+from service.core.events import Usage
+from service.errors import QuotaExceeded
+from service.transports.auth import PUBLIC_PATHS, PUBLIC_PREFIXES, owner_of
+
+STREAMS = "streams"
+RUNS = "runs"
+REQUESTS_PER_MINUTE = "requests_per_minute"
+TOKENS_PER_DAY = "tokens_per_day"
+
+WINDOW_S = 60
+DAY_S = 86_400
+# A concurrency quota frees as soon as one of the owner's streams or queries ends.
+CONCURRENCY_RETRY_S = 1
+
+
+@dataclass
+class _Owner:
+    """One owner's counters."""
+
+    streams: int = 0
+    runs: int = 0
+    # [second, requests in that second], oldest first, only seconds inside the sliding minute.
+    seconds: deque[list[int]] = field(default_factory=deque)
+    requests: int = 0
+    day: int = -1  # the UTC day the tokens were counted on (days since the epoch)
+    tokens: int = 0
+
+
+class Quotas:
+    """The per-owner quotas of one instance (0 = unlimited); also the run manager's gate."""
+
+    def __init__(
+        self,
+        *,
+        streams: int = 0,
+        runs: int = 0,
+        requests_per_minute: int = 0,
+        tokens_per_day: int = 0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.streams = streams
+        self.runs = runs
+        self.requests_per_minute = requests_per_minute
+        self.tokens_per_day = tokens_per_day
+        self.clock = clock
+        self._owners: dict[str, _Owner] = {}
+        self._changed: asyncio.Event | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings, clock: Callable[[], float] = time.time) -> Quotas:
+        """The quotas ``AGENT_QUOTA_*`` ask for."""
+        return cls(
+            streams=settings.quota_streams,
+            runs=settings.quota_runs,
+            requests_per_minute=settings.quota_requests_per_minute,
+            tokens_per_day=settings.quota_tokens_per_day,
+            clock=clock,
+        )
+
+    def _of(self, owner: str) -> _Owner:
+        state = self._owners.get(owner)
+        if state is None:
+            state = self._owners[owner] = _Owner()
+        return state
+
+    def _freed(self) -> None:
+        changed, self._changed = self._changed, None
+        if changed is not None:
+            changed.set()
+
+    async def wait_until(self, predicate: Callable[[], bool]) -> None:
+        """Return once ``predicate()`` holds; it is tried again each time a slot is freed."""
+        while not predicate():
+            if self._changed is None:
+                self._changed = asyncio.Event()
+            await self._changed.wait()
+
+    # -- what an owner holds ---------------------------------------------------------------
+
+    def open_streams(self, owner: str) -> int:
+        """How many streams ``owner`` has open on this instance."""
+        state = self._owners.get(owner)
+        return state.streams if state else 0
+
+    def running(self, owner: str) -> int:
+        """How many queries of ``owner`` run on this instance."""
+        state = self._owners.get(owner)
+        return state.runs if state else 0
+
+    def tokens_today(self, owner: str) -> int:
+        """The model tokens ``owner`` used on this instance since 00:00 UTC."""
+        state = self._owners.get(owner)
+        if state is None or state.day != self._day(self.clock()):
+            return 0
+        return state.tokens
+
+    # -- requests per minute ---------------------------------------------------------------
+
+    def check_request(self, owner: str) -> None:
+        """Count one request of ``owner``; :class:`QuotaExceeded` (not counted) when the last
+        minute already holds ``requests_per_minute`` of them."""
+        limit = self.requests_per_minute
+        if not limit:
+            return
+        now = self.clock()
+        state = self._of(owner)
+        seconds = state.seconds
+        second = math.floor(now)
+        if seconds and second < seconds[-1][0]:
+            second = seconds[-1][0]  # the wall clock stepped back: keep the window in order
+        while seconds and seconds[0][0] <= second - WINDOW_S:
+            state.requests -= seconds.popleft()[1]
+        if state.requests >= limit:
+            # Free again once enough of the oldest seconds have left the window.
+            retry_after = max(1, math.ceil(self._frees_at(seconds, state.requests - limit + 1) - now))
+            raise QuotaExceeded(
+                f"too many requests for this API key: at most {limit} per minute; retry in {retry_after} s",
+                quota=REQUESTS_PER_MINUTE,
+                limit=limit,
+                retry_after=retry_after,
+            )
+        if seconds and seconds[-1][0] == second:
+            seconds[-1][1] += 1
+        else:
+            seconds.append([second, 1])
+        state.requests += 1
+
+    @staticmethod
+    def _frees_at(seconds: deque[list[int]], excess: int) -> int:
+        """When the oldest seconds holding ``excess`` requests will have left the window."""
+        for second, count in seconds:
+            excess -= count
+            if excess <= 0:
+                return second + WINDOW_S
+        return seconds[-1][0] + WINDOW_S
+
+    # -- streams ---------------------------------------------------------------------------
+
+    def acquire_stream(self, owner: str) -> None:
+        """Take one of ``owner``'s stream slots; :class:`QuotaExceeded` when none is free."""
+        state = self._of(owner)
+        if self.streams and state.streams >= self.streams:
+            raise QuotaExceeded(
+                f"too many open streams for this API key: at most {self.streams} at once; "
+                "close one and retry",
+                quota=STREAMS,
+                limit=self.streams,
+                retry_after=CONCURRENCY_RETRY_S,
+            )
+        state.streams += 1
+
+    def release_stream(self, owner: str) -> None:
+        """Give back a slot :meth:`acquire_stream` took."""
+        state = self._of(owner)
+        state.streams = max(0, state.streams - 1)
+        self._freed()
+
+    @contextmanager
+    def stream(self, owner: str) -> Iterator[None]:
+        """Hold one of ``owner``'s stream slots for the block."""
+        self.acquire_stream(owner)
+        try:
+            yield
+        finally:
+            self.release_stream(owner)
+
+    # -- runs (the run manager's gate) -----------------------------------------------------
+
+    def admit(self, owner: str) -> None:
+        """Let a query of ``owner`` start, or refuse it: too many running, or today's tokens
+        spent."""
+        state = self._of(owner)
+        if self.runs and state.runs >= self.runs:
+            raise QuotaExceeded(
+                f"too many queries running for this API key: at most {self.runs} at once; "
+                "wait for one to finish and retry",
+                quota=RUNS,
+                limit=self.runs,
+                retry_after=CONCURRENCY_RETRY_S,
+            )
+        limit = self.tokens_per_day
+        if limit:
+            now = self.clock()
+            used = self.tokens_today(owner)
+            if used >= limit:
+                retry_after = max(1, math.ceil((self._day(now) + 1) * DAY_S - now))
+                raise QuotaExceeded(
+                    f"this API key has used its {limit} model tokens for today ({used} used); "
+                    f"retry after 00:00 UTC, in {retry_after} s",
+                    quota=TOKENS_PER_DAY,
+                    limit=limit,
+                    retry_after=retry_after,
+                )
+        state.runs += 1
+
+    def used(self, owner: str, usage: Usage) -> None:
+        """Count a model turn's tokens (input + output) against today's quota."""
+        tokens = usage.input_tokens + usage.output_tokens
+        if tokens <= 0:
+            return
+        state = self._of(owner)
+        today = self._day(self.clock())
+        if state.day != today:
+            state.day, state.tokens = today, 0
+        state.tokens += tokens
+
+    def release(self, owner: str) -> None:
+        """A query :meth:`admit` let start has ended."""
+        state = self._of(owner)
+        state.runs = max(0, state.runs - 1)
+        self._freed()
+
+    @staticmethod
+    def _day(now: float) -> int:
+        return math.floor(now / DAY_S)
+
+
+QUOTAS = web.AppKey("quotas", Quotas)
+
+
+def quota_fields(exc: QuotaExceeded) -> dict[str, Any]:
+    """What a refusal says besides its message, on every wire."""
+    return {"code": "quota_exceeded", "quota": exc.quota, "limit": exc.limit, "retry_after": exc.retry_after}
+
+
+def quota_response(exc: QuotaExceeded) -> web.Response:
+    """The 429 reply to a refusal."""
+    return web.json_response(
+        {"error": exc.message, **quota_fields(exc)},
+        status=429,
+        headers={"Retry-After": str(exc.retry_after)},
+    )
+
+
+@web.middleware
+async def quota_middleware(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Count the request against its owner's per-minute quota (what needs no key is exempt:
+    ``/healthz``, the page), and answer any refusal raised while handling it (streams, runs,
+    tokens) with the 429.
+
+    Installed inside the access middleware: it needs the owner, unauthenticated requests never
+    reach it, and the 429 gets the CORS headers that let a browser read ``Retry-After``.
+    """
+    try:
+        path = request.path
+        if path not in PUBLIC_PATHS and not path.startswith(PUBLIC_PREFIXES):
+            request.app[QUOTAS].check_request(owner_of(request))
+        return await handler(request)
+    except QuotaExceeded as exc:
+        return quota_response(exc)

@@ -1,0 +1,249 @@
+"""Faults injected at every edge: the model upstream failing before, inside and without its
+stream, and clients that go away mid-stream a thousand times.
+
+The upstream is the emulator over real HTTP (boto3 for Bedrock, aiohttp for the OpenAI route),
+steered by ``[emu:...]`` directives; Redis faults are in tests/cluster (Redis killed and
+restarted under streams).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from service.agent.loop import AgentLoop
+from tests.conftest import SUITE_REDIS_URL, ClientFactory, services_of, sse_events, stream_agent
+from tests.transports.test_mcp import RawMcp, read_messages
+
+RETRYABLE_IN_STREAM = [
+    "throttlingException",
+    "modelStreamErrorException",
+    "internalServerException",
+    "serviceUnavailableException",
+]
+
+
+def attempts(client: TestClient, marker: str) -> int:
+    """How many requests the emulator received for the prompt holding ``marker``."""
+    return sum(1 for record in services_of(client).emulator.records() if marker in record.user_text)
+
+
+def types_of(events: list[dict[str, Any]]) -> list[str]:
+    return [event["type"] for event in events]
+
+
+# --- upstream errors inside the stream ---
+
+
+@pytest.mark.parametrize("exception", RETRYABLE_IN_STREAM)
+async def test_an_error_inside_the_stream_before_any_text_is_retried(
+    client: TestClient, exception: str
+) -> None:
+    marker = f"retry-{exception}"
+    events = await stream_agent(
+        client, f"{marker} [emu:fail={exception}] [emu:fail_after=0] [emu:fail_times=1]"
+    )
+    assert events[-1]["type"] == "done"
+    assert attempts(client, marker) == 2  # the failed try and one retry
+    assert types_of(events).count("text_delta") >= 1  # the whole answer, once
+
+
+@pytest.mark.parametrize("exception", RETRYABLE_IN_STREAM)
+async def test_an_error_after_text_reached_the_client_is_not_replayed(
+    client: TestClient, exception: str
+) -> None:
+    marker = f"late-{exception}"
+    events = await stream_agent(
+        client, f"{marker} [emu:fail={exception}] [emu:fail_after=3] [emu:fail_times=1]"
+    )
+    assert types_of(events) == ["text_delta"] * 3 + ["error"]
+    assert events[-1]["code"] == exception and events[-1]["recoverable"] is True
+    assert attempts(client, marker) == 1  # a retry would have shown the first words twice
+
+
+async def test_retries_stop_after_the_limit(make_client: ClientFactory) -> None:
+    client = await make_client(throttle_retries=3)
+    events = await stream_agent(client, "limit [emu:fail=internalServerException] [emu:fail_after=0]")
+    assert types_of(events) == ["error"] and events[0]["recoverable"] is True
+    assert attempts(client, "limit") == 4
+
+
+@pytest.mark.parametrize("exception", ["validationException", "accessDeniedException"])
+async def test_validation_and_access_errors_are_never_retried(client: TestClient, exception: str) -> None:
+    marker = f"never-{exception}"
+    events = await stream_agent(client, f"{marker} [emu:fail={exception}] [emu:fail_after=0]")
+    assert types_of(events) == ["error"] and events[0]["recoverable"] is False
+    assert attempts(client, marker) == 1
+
+
+def test_backoff_grows_is_jittered_and_capped() -> None:
+    loop = AgentLoop(None, None, backoff_s=0.5, backoff_max_s=4.0)  # type: ignore[arg-type]
+    for attempt in range(12):
+        ceiling = min(4.0, 0.5 * 2**attempt)
+        delays = {loop.retry_delay(attempt) for _ in range(50)}
+        assert all(ceiling / 2 <= delay <= ceiling for delay in delays)
+        assert len(delays) > 1  # jittered
+
+
+# --- upstream errors before the stream ---
+
+
+@pytest.mark.parametrize("status", [429, 500, 503])
+async def test_a_throttle_or_5xx_before_the_stream_is_retried_by_botocore(
+    client: TestClient, status: int
+) -> None:
+    marker = f"before-{status}"
+    events = await stream_agent(client, f"{marker} [emu:http={status}] [emu:fail_times=1]")
+    assert events[-1]["type"] == "done"
+    assert attempts(client, marker) == 2
+
+
+@pytest.mark.parametrize("status", [400, 403])
+async def test_a_validation_or_access_error_before_the_stream_is_not_retried(
+    client: TestClient, status: int
+) -> None:
+    marker = f"refused-{status}"
+    events = await stream_agent(client, f"{marker} [emu:http={status}]")
+    assert types_of(events) == ["error"] and events[0]["recoverable"] is False
+    assert attempts(client, marker) == 1
+
+
+@pytest.mark.parametrize("provider", ["bedrock", "openai"])
+async def test_a_stalled_upstream_times_out_and_frees_its_resources(
+    make_client: ClientFactory, provider: str
+) -> None:
+    settings: dict[str, Any] = {"bedrock_read_timeout_s": 0.5}
+    if provider == "openai":
+        settings.update(provider="openai", openai_base_url="emulator")
+    client = await make_client(**settings)
+    services = services_of(client)
+    marker = f"stalled-{provider}"
+    events = await stream_agent(client, f"{marker} [emu:stall] [emu:stall_after=2] [emu:tokens=10]")
+    assert types_of(events) == ["text_delta", "text_delta", "error"]
+    assert events[-1]["code"] == "read_timeout" and events[-1]["recoverable"] is True
+    # The service hung up on the stalled stream, and holds nothing of it any more.
+    record = await asyncio.to_thread(
+        services.emulator.wait_for, lambda r: marker in r.user_text and r.outcome == "client_closed", 2.0
+    )
+    assert record.deltas_sent == 2
+    if provider == "bedrock":
+        assert await asyncio.to_thread(services.provider.wait_idle, 1.0)
+    await asyncio.wait_for(services.runs.wait_idle(), 1.0)
+    assert (await stream_agent(client, "and again [emu:tokens=3]"))[-1]["type"] == "done"
+
+
+async def test_a_connection_cut_mid_answer_is_an_error_event(make_client: ClientFactory) -> None:
+    client = await make_client(provider="openai", openai_base_url="emulator")
+    events = await stream_agent(client, "cut [emu:disconnect] [emu:fail_after=2]")
+    assert types_of(events) == ["text_delta", "text_delta", "error"]
+    assert events[-1]["recoverable"] is True
+
+
+# --- clients that go away ---
+
+
+def resources(client: TestClient) -> dict[str, int]:
+    """What a stream may leak: tasks, threads, the server's connections, open sockets."""
+    sockets = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            sockets += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+        except OSError:
+            continue
+    return {
+        "tasks": len(asyncio.all_tasks()),
+        "threads": threading.active_count(),
+        "connections": len(client.server.runner.server.connections),  # type: ignore[union-attr]
+        "sockets": sockets,
+    }
+
+
+async def settled(client: TestClient, baseline: dict[str, int]) -> dict[str, int]:
+    """The resources once the server has noticed the last disconnect (there is no event to
+    wait on for a count, so yield to the loop until it matches or a deadline passes)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 5.0
+    while (now := resources(client)) != baseline and loop.time() < deadline:
+        await asyncio.sleep(0.001)
+    return now
+
+
+async def quiescent(client: TestClient) -> dict[str, int]:
+    """The resources once no client is connected and nothing has changed for a while."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 5.0
+    last, steady = resources(client), 0
+    while steady < 50 and loop.time() < deadline:
+        await asyncio.sleep(0.001)
+        now = resources(client)
+        steady = steady + 1 if now == last and now["connections"] == 0 else 0
+        last = now
+    return last
+
+
+Leaver = Callable[[], Awaitable[None]]
+
+
+async def test_a_thousand_clients_leaving_mid_stream_leave_nothing_behind(make_client: ClientFactory) -> None:
+    if SUITE_REDIS_URL:
+        pytest.skip("counts this process's own resources, forced to the memory store: once is enough")
+    # In memory: this counts the process's own tasks, threads and sockets.
+    client = await make_client(redis_url="", emulator_tokens_per_second=2000)
+    services = services_of(client)
+    endless = "endless [emu:tokens=4000] [emu:tps=50]"  # 80 s: longer than the test
+    session_id = (await (await client.post("/sessions", json={})).json())["id"]
+    assert (await client.post(f"/sessions/{session_id}/messages", json={"content": endless})).status == 202
+    session = await services.sessions.get(session_id)
+    mcp = await RawMcp(client).start()
+    mcp_session_id = (await mcp.tool("session_message", content=endless))["session_id"]
+    mcp_log = (await services.sessions.get(mcp_session_id)).log
+
+    async def agent_stream() -> None:
+        async with client.post("/agent/stream", json={"message": "leave [emu:tokens=5000]"}) as response:
+            async for event in sse_events(response):
+                if event["data"]["type"] == "text_delta":
+                    break
+            response.close()
+
+    async def session_events() -> None:
+        last = await session.log.last_id()
+        response = await client.get(
+            f"/sessions/{session_id}/events", headers={"Last-Event-ID": str(last - 1)}
+        )
+        async for _ in sse_events(response):
+            break
+        response.close()
+
+    async def websocket() -> None:
+        ws = await client.ws_connect("/ws")
+        await ws.send_json(
+            {"type": "subscribe", "session_id": session_id, "last_event_id": await session.log.last_id()}
+        )
+        while "id" not in await ws.receive_json():
+            pass
+        ws._response.connection.transport.abort()  # no close frame: the network went away
+        await ws.close()  # the client's own bookkeeping (its connection slot); nothing is sent
+
+    async def mcp_stream() -> None:
+        last = await mcp_log.last_id()
+        async with mcp.stream(f"{mcp_session_id}:{last - 1}") as response:
+            await anext(read_messages(response))
+
+    leavers: list[Leaver] = [agent_stream, session_events, websocket, mcp_stream]
+    for leave in leavers:  # warm up: pools and caches reach their steady size
+        await leave()
+    gc.collect()  # a socket object left for the collector would otherwise close mid-loop
+    baseline = await quiescent(client)
+    subscribers = session.log.subscribers
+    for n in range(1000):
+        await leavers[n % len(leavers)]()
+        assert await settled(client, baseline) == baseline, f"after disconnect {n + 1}"
+        assert session.log.subscribers == subscribers
+    assert services.runs.active == 2  # only the two endless queries
