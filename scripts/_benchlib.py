@@ -18,6 +18,13 @@ from pathlib import Path
 import aiohttp
 
 ROOT = Path(__file__).resolve().parent.parent
+# A benchmark is one anonymous client doing the work of thousands: no per-key quotas.
+NO_QUOTAS = {
+    "AGENT_QUOTA_STREAMS": "0",
+    "AGENT_QUOTA_RUNS": "0",
+    "AGENT_QUOTA_REQUESTS_PER_MINUTE": "0",
+    "AGENT_QUOTA_TOKENS_PER_DAY": "0",
+}
 
 
 def free_port() -> int:
@@ -52,7 +59,11 @@ def process(
     ``preexec_fn`` runs in the child before it execs (e.g. to raise its open-file limit).
     """
     child = subprocess.Popen(
-        args, env={**os.environ, **env}, cwd=ROOT, stdout=subprocess.DEVNULL, preexec_fn=preexec_fn
+        args,
+        env={**os.environ, **NO_QUOTAS, **env},
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        preexec_fn=preexec_fn,
     )
     try:
         yield child

@@ -76,7 +76,7 @@ from typing import Any
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _benchlib import ROOT, free_port, percentile, wait_until_up  # noqa: E402
+from _benchlib import NO_QUOTAS, ROOT, free_port, percentile, wait_until_up  # noqa: E402
 from bench_fanout import new_session  # noqa: E402
 from bench_ws import cpu_seconds, fill_session, rss_bytes  # noqa: E402
 
@@ -99,6 +99,7 @@ BARE, FASTAPI, WEBSOCKETS, SERVICE, BASELINE = (
 # Service settings for every scenario: no keep-alive frames or heartbeats inside a measurement
 # (they would be counted as events), a quick stop, room for many sessions.
 BASE_ENV = {
+    **NO_QUOTAS,
     "AGENT_PROVIDER": "bedrock",
     "AGENT_MAX_SESSIONS": "100000",
     "AGENT_SSE_PING_INTERVAL_S": "600",

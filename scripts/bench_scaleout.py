@@ -63,7 +63,7 @@ from typing import Any, TypeVar
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _benchlib import ROOT, free_port, percentile, wait_until_up  # noqa: E402
+from _benchlib import NO_QUOTAS, ROOT, free_port, percentile, wait_until_up  # noqa: E402
 from bench_fanout import raise_fd_limit  # noqa: E402
 from bench_ws import cpu_seconds  # noqa: E402
 
@@ -89,6 +89,7 @@ class Cluster:
         self.urls = [f"http://127.0.0.1:{port}" for port in self.ports]
         self.env = {
             **os.environ,
+            **NO_QUOTAS,
             "AGENT_PROVIDER": "emulator",
             "AGENT_HOST": "127.0.0.1",
             "AGENT_API_KEYS": "",
