@@ -121,15 +121,16 @@ def services_of(client: TestClient) -> Any:
     return client.server.app[SERVICES]
 
 
-async def sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
-    """Parse an SSE body into events: {"data": parsed JSON, "event": name, "id": id}."""
-    fields: dict[str, Any] = {}
+async def sse_blocks(response: aiohttp.ClientResponse) -> AsyncIterator[dict[str, str]]:
+    """Parse an SSE body into its events' fields ({"id", "event", "retry", "data"} as text); an
+    event without a ``data`` line (a bare ``retry:`` or id) is skipped, comments too."""
+    fields: dict[str, str] = {}
     data: list[str] = []
     async for raw in response.content:
         line = raw.decode("utf-8").rstrip("\r\n")
         if not line:
             if data:
-                yield {**fields, "data": json.loads("\n".join(data))}
+                yield {**fields, "data": "\n".join(data)}
             fields, data = {}, []
         elif line.startswith(":"):
             continue
@@ -140,6 +141,12 @@ async def sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[dict[str
                 data.append(value)
             else:
                 fields[name] = value
+
+
+async def sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
+    """Parse an SSE body into events: {"data": parsed JSON, "event": name, "id": id}."""
+    async for block in sse_blocks(response):
+        yield {**block, "data": json.loads(block["data"])}
 
 
 async def stream_agent(client: TestClient, message: str, **body: Any) -> list[dict[str, Any]]:

@@ -139,7 +139,16 @@ def parse_cursor(text: str) -> dict[str, int]:
 # --- the SDK's two channels: a request's exchange, and the connection's standalone stream ---
 
 
-class Exchange:
+class _NoRequests:
+    """The server sends the client no requests (no sampling, elicitation or roots)."""
+
+    async def send_raw_request(
+        self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None
+    ) -> dict[str, Any]:
+        raise NoBackChannelError(method)
+
+
+class Exchange(_NoRequests):
     """One POST's channel back to the client (the SDK's ``DispatchContext``).
 
     In JSON mode nothing but the reply can go back, so notifications are dropped; in SSE mode
@@ -159,11 +168,6 @@ class Exchange:
         self.progress_token = progress_token_from_params(params)
         self.cancel_requested = anyio.Event()
         self.sink: Callable[[str], Awaitable[None]] | None = None
-
-    async def send_raw_request(
-        self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None
-    ) -> dict[str, Any]:
-        raise NoBackChannelError(method)
 
     async def notify(
         self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None
@@ -185,15 +189,10 @@ class Exchange:
         await self.notify("notifications/progress", params)
 
 
-class StandaloneChannel:
+class StandaloneChannel(_NoRequests):
     """The connection's own outbound channel, which the SDK would use for messages not tied to a
     request. Nothing here sends any (session events go on the stream with log ids), so a message
     that came this way would have no id to resume by: it is refused rather than sent unresumable."""
-
-    async def send_raw_request(
-        self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None
-    ) -> dict[str, Any]:
-        raise NoBackChannelError(method)
 
     async def notify(
         self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None

@@ -25,7 +25,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from service.transports.mcp import MCP_SESSIONS, McpSession, format_cursor, parse_cursor
-from tests.conftest import ClientFactory, services_of, sse_events
+from tests.conftest import ClientFactory, services_of, sse_blocks, sse_events
 
 WAIT_S = 15.0
 METHODS = [
@@ -327,23 +327,9 @@ class RawMcp:
 
 async def read_messages(response: aiohttp.ClientResponse) -> AsyncIterator[tuple[str | None, dict[str, Any]]]:
     """(SSE id, JSON-RPC message) for each message on a raw MCP stream (the priming event skipped)."""
-    fields: dict[str, str] = {}
-    data: list[str] = []
-    async for raw in response.content:
-        line = raw.decode().rstrip("\r\n")
-        if not line:
-            if data and "".join(data):
-                yield fields.get("id"), json.loads("\n".join(data))
-            fields, data = {}, []
-        elif line.startswith(":"):
-            continue
-        else:
-            name, _, value = line.partition(":")
-            value = value[1:] if value.startswith(" ") else value
-            if name == "data":
-                data.append(value)
-            else:
-                fields[name] = value
+    async for block in sse_blocks(response):
+        if block["data"]:
+            yield block.get("id"), json.loads(block["data"])
 
 
 async def test_reconnect_with_last_event_id_replays_what_was_missed(client: TestClient) -> None:
