@@ -22,6 +22,7 @@ from service.core.log import MemoryEventLog
 from service.core.runs import RunManager
 from service.core.sessions import MemorySessionStore, SessionStore
 from service.errors import ProviderError
+from service.logs import quiet_malformed_requests
 from service.metrics import Metrics
 from service.monitor import LoopLagMonitor
 from service.providers.base import ModelProvider
@@ -142,6 +143,7 @@ def create_app(
     from service.transports.quotas import quota_middleware
 
     settings = settings or load_settings()
+    quiet_malformed_requests()
     from service.agent.aws_tools import aws_tools
 
     builtins = builtin_tools(

@@ -44,6 +44,34 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, ensure_ascii=False)
 
 
+class MalformedRequestFilter(logging.Filter):
+    """aiohttp logs each request its parser refuses (an oversized header, a control character in
+    one, a broken request line) at ERROR with a traceback, although the client got its 400 and the
+    fault is the client's: a client could flood the log that way. Such a record becomes one
+    WARNING line without the traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from aiohttp.http_exceptions import HttpProcessingError
+
+        exc = record.exc_info[1] if record.exc_info else None
+        if record.name == "aiohttp.server" and isinstance(exc, HttpProcessingError):
+            record.msg = "refused a malformed request: %s"
+            record.args = (f"{type(exc).__name__}: {exc.message}",)
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.exc_info = record.exc_text = None
+        return True
+
+
+MALFORMED_REQUESTS = MalformedRequestFilter()
+
+
+def quiet_malformed_requests() -> None:
+    """Install :class:`MalformedRequestFilter` on aiohttp's server logger (once)."""
+    logger = logging.getLogger("aiohttp.server")
+    if MALFORMED_REQUESTS not in logger.filters:
+        logger.addFilter(MALFORMED_REQUESTS)
+
+
 def configure(log_format: str = "text", level: str = "INFO") -> None:
     """Set up the root logger for ``python -m service``."""
     handler = logging.StreamHandler()

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
 
+import pytest
 from aiohttp.test_utils import TestClient
 
 from service.logs import ContextFilter, JsonFormatter
@@ -39,3 +41,19 @@ async def test_json_lines_carry_session_and_run_ids(client: TestClient) -> None:
     assert all(line["session_id"] == session_id and line["level"] == "INFO" for line in ours)
     assert lines[-1]["message"] == "outside any request" and lines[-1]["session_id"] is None
     assert {"ts", "time", "logger"} <= lines[-1].keys()
+
+
+async def test_a_request_the_parser_refuses_is_one_warning_not_an_error(
+    client: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="aiohttp.server")
+    for bad in (b"X-Long: " + b"a" * 20_000, b"X-Nul: 1\x002"):
+        reader, writer = await asyncio.open_connection(client.host, client.port)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + bad + b"\r\nConnection: close\r\n\r\n")
+        await writer.drain()
+        reply = await reader.read()  # the server answers and closes
+        writer.close()
+        assert reply.split(b"\r\n", 1)[0].split(b" ")[1] == b"400"
+    records = [r for r in caplog.records if r.name == "aiohttp.server"]
+    assert len(records) == 2 and all(r.levelno == logging.WARNING and not r.exc_info for r in records)
+    assert all(r.getMessage().startswith("refused a malformed request: ") for r in records)
