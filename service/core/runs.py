@@ -225,7 +225,11 @@ class RunManager:
             await session.log.append(StatusChange(status=RUNNING), fence=run.fence)
             self._observer.run_started(run.id, appended=2)
         except BaseException:
-            # Claimed by someone else, or the store failed: nothing runs, nothing is held here.
+            # Claimed by someone else, or the store failed: nothing runs, nothing is held here,
+            # and the session says so (it was marked running just before the first append).
+            if session.run_id == run.id:
+                session.status = IDLE
+                session.run_id = ""
             self._forget(run)
             if run.fence is not None:
                 with _suppress_store_errors(run):

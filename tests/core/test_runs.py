@@ -125,6 +125,17 @@ async def test_concurrency_cap() -> None:
     await runs.shutdown()
 
 
+async def test_a_start_whose_first_append_fails_leaves_the_session_idle() -> None:
+    runs = RunManager(ScriptedAgent())
+    store = MemorySessionStore()
+    session = await store.create()
+    await session.log.close()  # deleted under the request, say: nothing can be appended
+    with pytest.raises(RuntimeError):
+        await runs.start(session, "a")
+    assert session.status == IDLE and session.run_id == "" and runs.active == 0
+    await runs.wait_idle()
+
+
 async def test_unknown_session() -> None:
     store = MemorySessionStore()
     with pytest.raises(SessionNotFound):
