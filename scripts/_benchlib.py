@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 import aiohttp
 
@@ -52,17 +53,22 @@ async def wait_until_up(url: str, timeout: float = 30.0) -> None:
 
 @contextmanager
 def process(
-    args: list[str], env: dict[str, str], preexec_fn: Callable[[], object] | None = None
+    args: list[str],
+    env: dict[str, str],
+    preexec_fn: Callable[[], object] | None = None,
+    log: IO[bytes] | None = None,
 ) -> Iterator[subprocess.Popen[bytes]]:
     """Run a child process for the duration of the block.
 
-    ``preexec_fn`` runs in the child before it execs (e.g. to raise its open-file limit).
+    ``preexec_fn`` runs in the child before it execs (e.g. to raise its open-file limit); ``log``
+    receives its output and errors (else the output is dropped).
     """
     child = subprocess.Popen(
         args,
         env={**os.environ, **NO_QUOTAS, **env},
         cwd=ROOT,
-        stdout=subprocess.DEVNULL,
+        stdout=log if log is not None else subprocess.DEVNULL,
+        stderr=subprocess.STDOUT if log is not None else None,
         preexec_fn=preexec_fn,
     )
     try:

@@ -32,7 +32,7 @@ from typing import Any
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _benchlib import free_port, wait_until_up  # noqa: E402
+from _benchlib import free_port, process, wait_until_up  # noqa: E402
 
 BAD_LOG_LINES = ("Task was destroyed but it is pending", "exception was never retrieved", "Traceback")
 
@@ -321,7 +321,7 @@ class Soak:
 
     # --- the run ---
 
-    async def run(self, pid: int, log_path: Path) -> dict[str, Any]:
+    async def run(self, pid: int) -> dict[str, Any]:
         args = self.args
         connector = aiohttp.TCPConnector(limit=0, force_close=False)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
@@ -373,16 +373,11 @@ class Soak:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-        return self.verdict(samples, log_path)
+        return self.verdict(samples)
 
-    def verdict(self, samples: list[dict[str, Any]], log_path: Path) -> dict[str, Any]:
+    def verdict(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
         second_half = samples[len(samples) // 2 :]
         first, last = second_half[0], second_half[-1]
-        bad_lines = [
-            line
-            for line in log_path.read_text(errors="replace").splitlines()
-            if any(b in line for b in BAD_LOG_LINES)
-        ]
 
         def growth(key: str) -> float:
             return (last[key] - first[key]) / max(1, first[key])
@@ -398,10 +393,7 @@ class Soak:
             "reconnects": self.tally.reconnects,
             "events": self.tally.events,
             "client_errors": self.tally.errors,
-            "bad_log_lines": len(bad_lines),
         }
-        for line in bad_lines[:10]:
-            print("log:", line)
         for example in self.gap_examples:
             print("gap:", example)
         return result
@@ -420,52 +412,35 @@ async def main_async(args: argparse.Namespace) -> int:
         "AGENT_PORT": str(service_port),
         "AGENT_MAX_SESSIONS": "100000",
         "AGENT_MCP_MAX_SESSIONS": "100000",
-        "AGENT_QUOTA_STREAMS": "0",
-        "AGENT_QUOTA_RUNS": "0",
-        "AGENT_QUOTA_REQUESTS_PER_MINUTE": "0",
-        "AGENT_QUOTA_TOKENS_PER_DAY": "0",
         "AGENT_SESSION_TTL_S": str(args.session_ttl),
         "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": emulator_url,
         "AWS_DEFAULT_REGION": "us-east-1",
         "AWS_ACCESS_KEY_ID": "soak",
         "AWS_SECRET_ACCESS_KEY": "soak",
-        "PYTHONASYNCIODEBUG": "0",
         **({"MALLOC_ARENA_MAX": str(args.malloc_arena_max)} if args.malloc_arena_max else {}),
         **({"AGENT_GC_TUNING": "false"} if args.no_gc_tuning else {}),
     }
-    import os
-    import subprocess
-
     log_file = tempfile.NamedTemporaryFile("w+b", prefix="soak-service-", suffix=".log", delete=False)
     log_path = Path(log_file.name)
     print(f"service log: {log_path}", flush=True)
-    emulator = subprocess.Popen(
-        [sys.executable, "-m", "service.emulator", "--port", str(emulator_port)],
-        env={**os.environ},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    service = subprocess.Popen(
-        [sys.executable, "-m", "service"],
-        env={**os.environ, **env},
-        stdout=log_file,
-        stderr=subprocess.STDOUT,
-        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard)),
-    )
-    try:
+    emulator_cmd = [sys.executable, "-m", "service.emulator", "--port", str(emulator_port)]
+    raise_fds = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))  # noqa: E731
+    with (
+        process(emulator_cmd, {}),
+        process([sys.executable, "-m", "service"], env, preexec_fn=raise_fds, log=log_file) as service,
+    ):
         await wait_until_up(emulator_url + "/_emulator/records")
         await wait_until_up(url + "/healthz")
-        result = await Soak(args, url).run(service.pid, log_path)
-    finally:
-        service.terminate()
-        emulator.terminate()
-        service.wait(30)
-        emulator.wait(30)
-    result["bad_log_lines"] = sum(
-        1
+        result = await Soak(args, url).run(service.pid)
+    # Read once the service has stopped, so that what its shutdown logged counts too.
+    bad_lines = [
+        line
         for line in log_path.read_text(errors="replace").splitlines()
         if any(b in line for b in BAD_LOG_LINES)
-    )
+    ]
+    for line in bad_lines[:10]:
+        print("log:", line)
+    result["bad_log_lines"] = len(bad_lines)
     print(json.dumps(result, indent=2))
     flat = all(abs(result[key]) < args.flat for key in ("rss_growth_second_half", "fds_growth_second_half"))
     ok = flat and result["gaps"] == 0 and result["repeats"] == 0 and result["bad_log_lines"] == 0
