@@ -352,7 +352,7 @@ class McpStream:
 
     def __init__(self, mcp: McpSession) -> None:
         self.mcp = mcp
-        self.queue: asyncio.Queue[Item] = asyncio.Queue(QUEUE_BATCHES)
+        self.queue: asyncio.Queue[Item | None] = asyncio.Queue(QUEUE_BATCHES)  # None: closed
         self.pumps: dict[str, asyncio.Task[None]] = {}
         self.closed = asyncio.Event()
 
@@ -377,10 +377,17 @@ class McpStream:
             task.cancel()
 
     def close(self) -> None:
+        if self.closed.is_set():
+            return
         self.closed.set()
         for task in self.pumps.values():
             task.cancel()
         self.pumps.clear()
+        # Wake the writer: what is queued is dropped (a newer stream, or none, takes over), which
+        # also leaves room for the end mark.
+        while not self.queue.empty():
+            self.queue.get_nowait()
+        self.queue.put_nowait(None)
 
     async def _pump(self, session_id: str, after: int) -> None:
         mcp = self.mcp
@@ -457,17 +464,8 @@ class McpStream:
         """The next queue item, or None once the stream is closed."""
         if self.closed.is_set():
             return None
-        getter = asyncio.ensure_future(self.queue.get())
-        closer = asyncio.ensure_future(self.closed.wait())
-        try:
-            await asyncio.wait({getter, closer}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            closer.cancel()
-            if not getter.done():
-                getter.cancel()
-        if getter.done() and not getter.cancelled() and not self.closed.is_set():
-            return getter.result()
-        return None
+        item = await self.queue.get()
+        return None if self.closed.is_set() else item
 
 
 # --- HTTP handlers ---
