@@ -10,15 +10,14 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import aclosing
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Annotated, Any, TypeVar
 
 from aiohttp import web
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from service.app import SERVICES, Services
-from service.core.events import Event, RunDone, RunError, TextDelta, is_terminal
+from service.core.events import Event, RunDone, RunError, TextDelta
 from service.core.sessions import Session
 from service.errors import (
     EventsPurged,
@@ -31,6 +30,7 @@ from service.errors import (
 from service.logs import session_id_var
 from service.transports import dialects
 from service.transports.auth import owner_of
+from service.transports.follow import Follower, Stop
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ async def error_middleware(
     if session_id:
         session_id_var.set(session_id)  # on every log line while this request is served
     try:
-        return await handler(request)
+        return await _unless_streaming(request, handler)
     except web.HTTPException as exc:
         if exc.content_type == "application/json" or exc.status < 400:
             raise
@@ -145,6 +145,37 @@ async def error_middleware(
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
         return error_response(500, "internal server error")
+
+
+# The stream response a handler has started, if any: once its headers are out, an error can no
+# longer be answered with a response of its own.
+OPEN_STREAM = web.RequestKey("open_stream", web.StreamResponse)
+
+
+async def _unless_streaming(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Run the handler; an error raised after its stream started ends that stream instead.
+
+    A second response written into a started body would corrupt it (a status line inside the
+    chunked encoding), so the stream is ended cleanly and the fault logged on one line. Each
+    streaming route tells its client why it ended before it gets here (see ``follow.py``).
+    """
+    try:
+        return await handler(request)
+    except Exception as exc:
+        stream = request.get(OPEN_STREAM)
+        if stream is None or not stream.prepared:
+            raise
+        if not isinstance(exc, ConnectionResetError):  # a client gone is nobody's fault
+            log.warning(
+                "%s %s: %s ended the stream after it started: %s",
+                request.method,
+                request.path,
+                type(exc).__name__,
+                exc,
+            )
+        return stream
 
 
 async def read_object(request: web.Request, *, allow_empty: bool = False) -> dict[str, Any]:
@@ -190,16 +221,6 @@ def check_length(services: Services, text: str, field: str) -> None:
         raise json_error(422, f"invalid request: {field}: longer than {limit} characters")
 
 
-async def follow_run(session: Session, after_id: int = 0) -> AsyncIterator[Event]:
-    """The session's events after ``after_id`` until the query's terminal event (inclusive)."""
-    async with aclosing(session.log.subscribe(after_id)) as batches:
-        async for batch in batches:
-            for entry in batch:
-                yield entry.event
-                if is_terminal(entry.event):
-                    return
-
-
 async def start_ephemeral(services: Services, body: AgentRequest, owner: str = "") -> Session:
     """A short-lived session with the query started on it."""
     check_length(services, body.message, "message")
@@ -226,29 +247,51 @@ async def agent_run(request: web.Request) -> web.Response:
     services = request.app[SERVICES]
     body = await read_json(request, AgentRequest)
     session = await start_ephemeral(services, body, owner_of(request))
-    parts: list[str] = []
-    terminal: Event | None = None
     try:
-        async for event in follow_run(session):
-            if isinstance(event, TextDelta):
-                parts.append(event.text)
-            elif is_terminal(event):
-                terminal = event
+        text, terminal = await _collect(session)
     finally:
         await asyncio.shield(end_ephemeral(services, session))
     if isinstance(terminal, RunDone):
         reply = dialects.agent(terminal) or {}
         reply.pop("type", None)
-        return web.json_response({"response": "".join(parts), **reply})
+        return web.json_response({"response": text, **reply})
     error = terminal if isinstance(terminal, RunError) else RunError(error="the run ended without a result")
     return error_response(
         503,
         error.error,
         code=error.code,
         turns=error.turns,
-        response="".join(parts),
+        response=text,
         usage=dialects.usage_dict(error.usage),
     )
+
+
+async def _collect(session: Session) -> tuple[str, Event | RunError | None]:
+    """The run's text and its terminal event (or why none was read)."""
+    parts: list[str] = []
+    after = 0
+    skipped = False
+    last: Event | None = None
+    while True:
+        follower = Follower(session.log, after, stop=Stop.AT_TERMINAL)
+        async with follower as batches:
+            async for batch in batches:
+                for entry in batch:
+                    if isinstance(entry.event, TextDelta):
+                        parts.append(entry.event.text)
+                last = batch[-1].event
+        ending = follower.ending
+        if ending is None or ending.reason != "purged":
+            break
+        # A log too small for this run dropped events before they were read: skip them; the
+        # answer's final text comes with the run's end.
+        skipped = True
+        after = (ending.oldest_id or after + 1) - 1
+    if ending is not None and ending.clean:  # the last event read is the run's terminal one
+        if skipped and isinstance(last, RunDone):
+            return last.output, last
+        return "".join(parts), last
+    return "".join(parts), ending.as_error() if ending is not None else None
 
 
 async def healthz(request: web.Request) -> web.Response:

@@ -14,20 +14,23 @@ away, aiohttp cancels the handler and the subscription ends with it; only ``/age
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from contextlib import aclosing
+from collections.abc import AsyncIterator
 from typing import Any
 
 from aiohttp import web
 from aiohttp_sse import EventSourceResponse, sse_response
 
 from service.app import SERVICES, Services
-from service.core.events import RunError, StatusChange, is_terminal
+from service.core.events import StatusChange
 from service.core.sessions import RUNNING, Session
 from service.errors import EventsPurged, StoreUnavailable
 from service.transports import dialects
 from service.transports.auth import owner_of
+from service.transports.follow import Follower, Stop
 from service.transports.http import (
+    OPEN_STREAM,
     AgentRequest,
     check_length,
     end_ephemeral,
@@ -43,18 +46,22 @@ NO_BUFFERING = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 encode = dialects.dumps
 
 
-def event_stream(
+@contextlib.asynccontextmanager
+async def event_stream(
     request: web.Request, services: Services, *, headers: dict[str, str] | None = None, **kwargs: Any
-) -> Any:
-    """aiohttp-sse's response with the service's ping interval, send timeout and no-buffering headers."""
+) -> AsyncIterator[EventSourceResponse]:
+    """aiohttp-sse's response with the service's ping interval, send timeout and no-buffering
+    headers, registered as the request's open stream (see :data:`~service.transports.http.OPEN_STREAM`)."""
     settings = services.settings
-    return sse_response(
+    async with sse_response(
         request,
         headers={**NO_BUFFERING, **(headers or {})},
         ping_interval=settings.sse_ping_interval_s,
         send_timeout=settings.sse_send_timeout_s,
         **kwargs,
-    )
+    ) as response:
+        request[OPEN_STREAM] = response
+        yield response
 
 
 async def agent_stream(request: web.Request) -> web.StreamResponse:
@@ -78,25 +85,23 @@ async def _agent_stream(
 ) -> web.StreamResponse:
     timeout = services.settings.sse_send_timeout_s
     async with event_stream(request, services, allow_all_methods=True) as response:
-        terminal_sent = False
-        async with aclosing(session.log.subscribe(0)) as batches:
+        follower = Follower(session.log, 0, stop=Stop.AT_TERMINAL)
+        async with follower as batches:
             async for batch in batches:
                 blocks = []
                 for entry in batch:
                     payload = dialects.agent(entry.event)
                     if payload is not None:
                         blocks.append(dialects.sse_block(encode(payload)))
-                    terminal_sent = is_terminal(entry.event)
-                    if terminal_sent:
-                        break
                 if blocks:
                     await write_blocks(request, response, "".join(blocks).encode(), timeout)
                     delivered.inc(len(blocks))
-                if terminal_sent:
-                    break
-        if not terminal_sent:
-            # The log closed under us (the server is going away): say so rather than hang up.
-            await response.send(encode(dialects.agent(RunError(error="the stream ended early")) or {}))
+        ending = follower.ending
+        if ending is not None and not ending.clean:
+            # Purged past this reader, the store gone, or the log closed under it (the server is
+            # going away): say so in the stream's own dialect rather than hang up.
+            payload = dialects.agent(ending.as_error()) or {}
+            await response.send(encode({**payload, **ending.error_fields()}))
     return response
 
 
@@ -202,8 +207,7 @@ async def _follow(
     log = session.log
     settings = services.settings
     delivered = services.metrics.events_delivered.labels("sse")
-    subscription = log.subscribe(after, idle_timeout=settings.heartbeat_interval_s)
-    last_sent = after
+    follower = Follower(log, after, stop=Stop.AT_REST, idle_timeout=settings.heartbeat_interval_s)
     # While this stream waits for its next batch, a shutdown may end it there (see _drain).
     waiting = request.app[SESSION_STREAMS]
     task = asyncio.current_task()
@@ -211,77 +215,63 @@ async def _follow(
     # read when the request came, and the log's status changes are what keep it current.
     status = session.status
     try:
-        while True:
-            waiting.add(task)
-            try:
-                batch = await anext(subscription)
-            except StopAsyncIteration:
-                return
-            finally:
-                waiting.discard(task)
-            if not batch:
-                heartbeat = {"type": "heartbeat", "last_id": last_sent, "status": status}
-                await response.send(encode(heartbeat), event="heartbeat", retry=retry)
-                retry = None
-                continue
-            if retry is not None:
-                # The first frame also tells the browser how soon to reconnect.
-                name, data = dialects.session_frame(batch[0])
-                await response.send(data, id=str(batch[0].id), event=name, retry=retry)
-                retry = None
-                rest = batch[1:]
-            else:
-                rest = batch
-            if len(rest) > settings.merge_deltas_after:
-                blocks = "".join(
-                    dialects.sse_block(data, id=entry_id, event=name)
-                    for entry_id, name, data in dialects.merge_text_runs(rest)
-                ).encode()
-            elif len(rest) == 1:
-                blocks = dialects.session_sse(rest[0])
-            else:
-                blocks = b"".join([dialects.session_sse(entry) for entry in rest])
-            if blocks:
-                await write_blocks(request, response, blocks, settings.sse_send_timeout_s)
-            last_sent = batch[-1].id
-            delivered.inc(len(batch))
-            for entry in batch:
-                if isinstance(entry.event, StatusChange):
-                    status = entry.event.status
-            if is_terminal(batch[-1].event) and last_sent == await log.last_id():
-                return
-    except EventsPurged as exc:
-        # This reader fell behind the purge horizon; a reconnect with its last id gets the 410
-        # with a snapshot to rebuild from.
-        error = {
-            "type": "error",
-            "message": str(exc),
-            "code": "events_purged",
-            "recoverable": True,
-            "last_id": last_sent,
-            "oldest_id": exc.oldest_id,
-        }
-        await response.send(encode(error), event="error")
-    except StoreUnavailable as exc:
-        # The shared store went away: say so and end the stream; the client resumes from its
-        # last id (it gets a 503 until the store is back).
-        error = {
-            "type": "error",
-            "message": str(exc) or "session storage is unavailable",
-            "code": "store_unavailable",
-            "recoverable": True,
-            "last_id": last_sent,
-        }
-        await response.send(encode(error), event="error")
+        async with follower as batches:
+            while True:
+                waiting.add(task)
+                try:
+                    batch = await anext(batches)
+                except StopAsyncIteration:
+                    break
+                finally:
+                    waiting.discard(task)
+                if not batch:
+                    heartbeat = {"type": "heartbeat", "last_id": follower.last_id, "status": status}
+                    await response.send(encode(heartbeat), event="heartbeat", retry=retry)
+                    retry = None
+                    continue
+                if retry is not None:
+                    # The first frame also tells the browser how soon to reconnect.
+                    name, data = dialects.session_frame(batch[0])
+                    await response.send(data, id=str(batch[0].id), event=name, retry=retry)
+                    retry = None
+                    rest = batch[1:]
+                else:
+                    rest = batch
+                if len(rest) > settings.merge_deltas_after:
+                    blocks = "".join(
+                        dialects.sse_block(data, id=entry_id, event=name)
+                        for entry_id, name, data in dialects.merge_text_runs(rest)
+                    ).encode()
+                elif len(rest) == 1:
+                    blocks = dialects.session_sse(rest[0])
+                else:
+                    blocks = b"".join([dialects.session_sse(entry) for entry in rest])
+                if blocks:
+                    await write_blocks(request, response, blocks, settings.sse_send_timeout_s)
+                delivered.inc(len(batch))
+                for entry in batch:
+                    if isinstance(entry.event, StatusChange):
+                        status = entry.event.status
     except asyncio.CancelledError as exc:
         if DRAIN not in exc.args or task is None:
             raise  # the client went away
         # The server is shutting down: what the log holds for this reader, then how soon to
         # come back (to another instance); the browser reconnects with its Last-Event-ID.
         task.uncancel()
-        await _drain(request, response, services, log, last_sent)
-    finally:
-        await subscription.aclose()
+        await _drain(request, response, services, log, follower.last_id)
+        return
+    ending = follower.ending
+    if ending is not None and ending.reason in {"purged", "store_unavailable"}:
+        # Fell behind the purge horizon (a reconnect with its last id gets the 410 with a
+        # snapshot), or the shared store went away (the client resumes once it is back).
+        error = {
+            "type": "error",
+            "message": ending.message,
+            "code": ending.code,
+            "recoverable": True,
+            **ending.error_fields(),
+        }
+        await response.send(encode(error), event="error")
 
 
 async def _drain(
@@ -327,17 +317,18 @@ async def steps_stream(request: web.Request) -> web.StreamResponse:
     delivered = services.metrics.events_delivered.labels("sse")
     with open_connection(services, "sse", owner_of(request)):
         await services.runs.start(session, query)  # after the stream slot: a 429 starts nothing
-        async with (
-            event_stream(request, services) as response,
-            aclosing(session.log.subscribe(after)) as batches,
-        ):
-            async for batch in batches:
-                for entry in batch:
-                    for payload in dialects.steps(entry.event):
-                        await response.send(encode(payload), id=str(entry.id))
-                        delivered.inc()
-                    if is_terminal(entry.event):
-                        return response
+        async with event_stream(request, services) as response:
+            follower = Follower(session.log, after, stop=Stop.AT_TERMINAL)
+            async with follower as batches:
+                async for batch in batches:
+                    for entry in batch:
+                        for payload in dialects.steps(entry.event):
+                            await response.send(encode(payload), id=str(entry.id))
+                            delivered.inc()
+            ending = follower.ending
+            if ending is not None and not ending.clean:
+                for payload in dialects.steps(ending.as_error()):
+                    await response.send(encode({**payload, **ending.error_fields()}))
     return response
 
 

@@ -1,0 +1,136 @@
+"""Following a session's event log: the one subscription path every transport reads through.
+
+A :class:`Follower` hands out batches of log entries after an id, then says how the following
+ended, as a typed :class:`Ending`: the run's terminal event was reached (``done``), the log
+closed (``closed``: the session was deleted or the server is going away), the reader fell behind
+the purge horizon (``purged``), or the shared store went away (``store_unavailable``). A
+transport never meets :class:`~service.errors.EventsPurged` or
+:class:`~service.errors.StoreUnavailable` from the log, so no stream can end without telling
+its client why, and no error can escape once a stream's headers are out.
+
+When to stop is the caller's choice (:class:`Stop`): at the first terminal event (one run's
+stream: ``POST /agent/stream``, ``GET /sessions/{id}/stream``, a WebSocket ``run``), at a
+terminal event that is the log's newest (the session stream, which closes after the ``done``
+that ends the log), or never (WebSocket and MCP subscriptions, which end when their client
+leaves).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Literal
+
+from service.core.events import RunError, is_terminal
+from service.core.log import EventLog, LogEntry
+from service.errors import EventsPurged, StoreUnavailable
+
+EndReason = Literal["done", "closed", "purged", "store_unavailable"]
+
+
+class Stop(enum.Enum):
+    """When a follower stops by itself."""
+
+    NEVER = "never"
+    AT_TERMINAL = "at_terminal"
+    AT_REST = "at_rest"
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """How a following ended, and the last id it handed out."""
+
+    reason: EndReason
+    last_id: int
+    message: str = ""
+    oldest_id: int | None = None
+
+    @property
+    def clean(self) -> bool:
+        """True when the reader saw everything it asked for (the run's end)."""
+        return self.reason == "done"
+
+    @property
+    def code(self) -> str:
+        """The error code a client sees for an unclean ending."""
+        return {"purged": "events_purged", "closed": "stream_ended"}.get(self.reason, self.reason)
+
+    def as_error(self) -> RunError:
+        """The ending as a canonical error event (not logged), for dialects that end with one."""
+        return RunError(error=self.message, code=self.code, recoverable=True)
+
+    def error_fields(self) -> dict[str, int]:
+        """Where a reader stood: ``last_id``, and ``oldest_id`` when events were purged."""
+        fields = {"last_id": self.last_id}
+        if self.oldest_id is not None:
+            fields["oldest_id"] = self.oldest_id
+        return fields
+
+
+class Follower:
+    """Batches of a log's entries after ``after``; :attr:`ending` says how they ended.
+
+    Use as ``async with Follower(log, after) as batches: async for batch in batches: ...``.
+    With ``idle_timeout``, an empty batch comes whenever nothing was appended for that long, so a
+    transport can send a keep-alive. :attr:`last_id` is the id of the last entry handed out.
+    """
+
+    def __init__(
+        self, log: EventLog, after: int, *, stop: Stop = Stop.NEVER, idle_timeout: float | None = None
+    ) -> None:
+        self.log = log
+        self.last_id = after
+        self.stop = stop
+        self.idle_timeout = idle_timeout
+        self.ending: Ending | None = None
+        self._batches = self._follow()
+
+    async def __aenter__(self) -> AsyncGenerator[list[LogEntry], None]:
+        return self._batches
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self._batches.aclose()
+
+    async def _follow(self) -> AsyncGenerator[list[LogEntry], None]:
+        subscription = self.log.subscribe(self.last_id, idle_timeout=self.idle_timeout)
+        try:
+            async for batch in subscription:
+                if not batch:
+                    yield batch
+                    continue
+                terminal = self._cut(batch)
+                if terminal is not None:
+                    batch = batch[: terminal + 1]
+                self.last_id = batch[-1].id
+                yield batch
+                if terminal is not None and (
+                    self.stop is Stop.AT_TERMINAL or self.last_id == await self.log.last_id()
+                ):
+                    self.ending = Ending("done", self.last_id)
+                    return
+            self.ending = Ending("closed", self.last_id, "the stream ended early")
+        except EventsPurged as exc:
+            # This reader fell behind the purge horizon; resuming from last_id gets the 410 with a
+            # snapshot to rebuild from.
+            self.ending = Ending("purged", self.last_id, str(exc), exc.oldest_id)
+        except StoreUnavailable as exc:
+            # The client resumes from last_id once the store is back (a 503 until then).
+            self.ending = Ending(
+                "store_unavailable", self.last_id, str(exc) or "session storage is unavailable"
+            )
+        finally:
+            await subscription.aclose()
+
+    def _cut(self, batch: list[LogEntry]) -> int | None:
+        """The index of the terminal event this follower stops at, if the batch holds one."""
+        if self.stop is Stop.AT_TERMINAL:
+            for index, entry in enumerate(batch):
+                if is_terminal(entry.event):
+                    return index
+        elif self.stop is Stop.AT_REST and is_terminal(batch[-1].event):
+            return len(batch) - 1
+        return None
