@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from service import jsonsafe
 from service.config import Settings
 
 OWNER_KEY = web.RequestKey("owner", str)
@@ -89,7 +90,7 @@ class Authenticator:
         """The owner id if ``token`` is well signed and not expired."""
         payload, _, signature = token.partition(".")
         try:
-            claims = json.loads(_unb64(payload))
+            claims = jsonsafe.loads(_unb64(payload))
             owner, expires = claims["o"], float(claims["e"])
             given = _unb64(signature)
         except (ValueError, KeyError, TypeError):

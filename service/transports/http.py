@@ -16,6 +16,7 @@ from typing import Annotated, Any, TypeVar
 from aiohttp import web
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
+from service import jsonsafe
 from service.app import SERVICES, Services
 from service.core.events import Event, RunDone, RunError, TextDelta
 from service.core.sessions import Session
@@ -190,11 +191,9 @@ async def read_object(request: web.Request, *, allow_empty: bool = False) -> dic
             return {}
         raise json_error(400, "request body is empty; send a JSON object")
     try:
-        data = json.loads(raw)
+        data = jsonsafe.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise json_error(400, f"malformed JSON: {exc}") from None
-    except RecursionError:
-        raise json_error(400, "malformed JSON: nested too deeply") from None
     if not isinstance(data, dict):
         raise json_error(422, "request body must be a JSON object")
     return data

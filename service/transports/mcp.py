@@ -28,7 +28,6 @@ or expired MCP session gets 404, which tells an MCP client to initialize again.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import secrets
 import time
@@ -50,6 +49,7 @@ from mcp.shared.transport_context import TransportContext
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
+from service import jsonsafe
 from service.app import SERVICES, Services
 from service.core.log import LogEntry
 from service.core.sessions import Session
@@ -510,7 +510,7 @@ async def post(request: web.Request) -> web.StreamResponse:
         return error_response(415, "Content-Type must be application/json")
     raw = await request.read()
     try:
-        decoded = json.loads(raw)
+        decoded = jsonsafe.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         return _rpc_error(400, types.PARSE_ERROR, f"Parse error: {exc}")
     if isinstance(decoded, list):

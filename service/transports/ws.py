@@ -20,6 +20,7 @@ from typing import Any
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
+from service import jsonsafe
 from service.app import SERVICES, Services
 from service.core.sessions import Session
 from service.errors import (
@@ -146,11 +147,9 @@ class Connection:
         request_type = None
         try:
             try:
-                message = json.loads(text)
+                message = jsonsafe.loads(text)
             except ValueError as exc:
                 raise ClientError("bad_json", f"malformed JSON: {exc}") from None
-            except RecursionError:
-                raise ClientError("bad_json", "malformed JSON: nested too deeply") from None
             if not isinstance(message, dict):
                 raise ClientError("invalid", "a message must be a JSON object")
             if "\\u" in text and not _encodable(message):
