@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -38,6 +39,8 @@ class Settings(BaseSettings):
     instance_id: str = Field("", pattern=r"^[A-Za-z0-9_.-]*$")
     api_keys: CommaList = Field(default_factory=list)
     allowed_origins: CommaList = Field(default_factory=list)
+    # Host header names accepted (DNS-rebinding guard); empty: see allowed_host_names().
+    allowed_hosts: CommaList = Field(default_factory=list)
     mcp_servers: CommaList = Field(default_factory=list)
     mcp_max_sessions: int = Field(1000, ge=1)
     mcp_session_ttl_s: float = Field(3600.0, gt=0)
@@ -52,7 +55,9 @@ class Settings(BaseSettings):
     max_message_chars: int = Field(100_000, ge=1)
     # The longest request line or single header aiohttp's parser accepts (bytes); longer: 400.
     max_header_bytes: int = Field(8190, ge=1024, le=1024 * 1024)
-    # Per API key, on each instance; 0 = unlimited (see service/transports/quotas.py).
+    # Per API key, on each instance; 0 = unlimited (see service/transports/quotas.py). With no keys
+    # every caller is one anonymous owner, so these apply only when set explicitly (see quota()).
+    quota_sessions: int = Field(100, ge=0)
     quota_streams: int = Field(32, ge=0)
     quota_runs: int = Field(8, ge=0)
     quota_requests_per_minute: int = Field(600, ge=0)
@@ -70,6 +75,8 @@ class Settings(BaseSettings):
     sse_retry_ms: int = Field(1000, ge=0, le=60_000)
     heartbeat_interval_s: float = Field(15.0, gt=0)
     max_sessions: int = Field(10_000, ge=1)
+    # Instance-wide bound on open streams (SSE, WebSocket, MCP), whoever holds them.
+    max_streams: int = Field(4096, ge=1)
     session_ttl_s: float = Field(3600.0, gt=0)
     merge_deltas_after: int = Field(64, ge=2)
     steps_planning: bool = False
@@ -85,7 +92,33 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = "text"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
-    @field_validator("api_keys", "allowed_origins", "mcp_servers", mode="before")
+    def quota(self, name: str) -> int:
+        """The per-key quota ``quota_<name>`` in force: with no keys configured every caller is the
+        one anonymous owner, and a default meant per key would bound the whole world, so then only
+        a quota set explicitly applies (instance-wide bounds protect the process instead)."""
+        field = f"quota_{name}"
+        if self.api_keys or field in self.model_fields_set:
+            return int(getattr(self, field))
+        return 0
+
+    def allowed_host_names(self) -> frozenset[str] | None:
+        """Host names a request may name (lower case, no port); None accepts any.
+
+        By default the loopback names, the address the service listens on and the hosts of
+        ``AGENT_ALLOWED_ORIGINS``; listening on every address (``0.0.0.0``, ``::``) accepts any
+        host unless ``AGENT_ALLOWED_HOSTS`` lists them. ``*`` in the list accepts any.
+        """
+        if "*" in self.allowed_hosts:
+            return None
+        if not self.allowed_hosts and self.host in WILDCARD_HOSTS:
+            return None
+        names = {host_name(name) for name in self.allowed_hosts}
+        if not self.allowed_hosts:
+            names |= LOOPBACK_NAMES | {host_name(self.host)}
+        names |= {host_name(urlsplit(origin).netloc) for origin in self.allowed_origins if origin != "*"}
+        return frozenset(name for name in names if name)
+
+    @field_validator("api_keys", "allowed_origins", "allowed_hosts", "mcp_servers", mode="before")
     @classmethod
     def _split_commas(cls, value: object) -> object:
         if isinstance(value, str):
@@ -114,6 +147,20 @@ class Settings(BaseSettings):
                 "set AGENT_API_KEYS, or AGENT_ALLOW_UNAUTHENTICATED=true to run open on purpose"
             )
         return self
+
+
+WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def host_name(host: str) -> str:
+    """A Host header's (or netloc's) name: lower case, without port or IPv6 brackets."""
+    host = host.strip().lower().rpartition("@")[2]
+    if host.startswith("["):
+        return host[1 : host.find("]")] if "]" in host else host[1:]
+    if host.count(":") == 1:
+        host = host.partition(":")[0]
+    return host.rstrip(".")
 
 
 def is_loopback(host: str) -> bool:

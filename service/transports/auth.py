@@ -10,6 +10,9 @@
   instance that knows the keys can check them, and dropping a key revokes its tokens.
 - ``AGENT_ALLOWED_ORIGINS``: browsers' cross-origin requests and WebSocket handshakes from other
   origins are refused with 403; allowed origins get CORS headers and preflight answers.
+- ``AGENT_ALLOWED_HOSTS``: a request whose ``Host`` names another host is refused with 403
+  (``/healthz`` aside). A page on a rebinding domain (``evil.example`` resolving to 127.0.0.1)
+  sends its own origin and host, which look same-origin; its Host name gives it away.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from service import jsonsafe
-from service.config import Settings
+from service.config import Settings, host_name
 
 OWNER_KEY = web.RequestKey("owner", str)
 TOKEN_COOKIE = "agentstream_token"
@@ -113,6 +116,7 @@ class Authenticator:
 
 
 AUTH_KEY = web.AppKey("authenticator", Authenticator)
+HOSTS_KEY = web.AppKey("allowed_hosts", frozenset | None)
 SETTINGS_KEY = web.AppKey("auth_settings", Settings)
 
 
@@ -147,6 +151,11 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 async def access_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Origins and CORS first, then keys; sets the request's owner for the handlers."""
     settings = request.app[SETTINGS_KEY]
+    hosts = request.app[HOSTS_KEY]
+    host = request.headers.get("Host")
+    # No Host at all is no browser's request (every browser sends one), so nothing to rebind.
+    if hosts is not None and host is not None and host_name(host) not in hosts and request.path != "/healthz":
+        return _json_error(403, f"host {host_name(host)!r} is not allowed; see AGENT_ALLOWED_HOSTS")
     origin = request.headers.get("Origin")
     cors: dict[str, str] = {}
     if origin is not None and not same_origin(request, origin):
@@ -217,4 +226,5 @@ def setup(app: web.Application, settings: Settings) -> None:
     """Install the access middleware's state and the token route."""
     app[AUTH_KEY] = Authenticator(settings.api_keys, settings.token_ttl_s)
     app[SETTINGS_KEY] = settings
+    app[HOSTS_KEY] = settings.allowed_host_names()
     app.router.add_post("/auth/token", issue_token)

@@ -165,3 +165,41 @@ def test_refuses_to_listen_beyond_loopback_without_keys() -> None:
     assert load_settings(host="0.0.0.0", api_keys=["k"]).host == "0.0.0.0"
     assert load_settings(host="0.0.0.0", allow_unauthenticated=True).allow_unauthenticated
     assert load_settings(host="::1").host == "::1"
+
+
+# --- Host names: the DNS-rebinding guard ------------------------------------------------------
+
+
+async def test_a_rebinding_host_is_refused_with_no_keys(client: TestClient) -> None:
+    """A page on evil.example (resolving to 127.0.0.1) sends its own Host and a matching Origin."""
+    rebound = {"Host": "evil.example", "Origin": "http://evil.example"}
+    async with client.post("/sessions", json={}, headers=rebound) as response:
+        assert response.status == 403
+        assert "evil.example" in (await response.json())["error"]
+    with pytest.raises(aiohttp.WSServerHandshakeError) as handshake:
+        await client.ws_connect("/ws", headers=rebound)
+    assert handshake.value.status == 403
+    async with client.get("/", headers={"Host": "evil.example:8080"}) as response:
+        assert response.status == 403
+    async with client.get("/healthz", headers=rebound) as response:
+        assert response.status == 200  # probes may name the machine as they like
+    for host in ("localhost:8080", "127.0.0.1", "[::1]:9", "LOCALHOST"):
+        async with client.post("/sessions", json={}, headers={"Host": host}) as response:
+            assert response.status == 201, host
+
+
+async def test_allowed_hosts_and_origins_name_the_hosts_accepted(make_client: ClientFactory) -> None:
+    client = await make_client(allowed_hosts=["agent.internal"], allowed_origins=["https://app.example"])
+    for host, status in (("agent.internal:443", 201), ("app.example", 201), ("localhost", 403)):
+        async with client.post("/sessions", json={}, headers={"Host": host}) as response:
+            assert response.status == status, host
+    anything = await make_client(allowed_hosts=["*"])
+    async with anything.post("/sessions", json={}, headers={"Host": "whatever.example"}) as response:
+        assert response.status == 201
+
+
+def test_listening_on_every_address_accepts_any_host_unless_listed() -> None:
+    assert load_settings(host="0.0.0.0", api_keys=["k"]).allowed_host_names() is None
+    listed = load_settings(host="0.0.0.0", api_keys=["k"], allowed_hosts=["api.example"]).allowed_host_names()
+    assert listed == frozenset({"api.example"})
+    assert "10.1.2.3" in load_settings(host="10.1.2.3", api_keys=["k"]).allowed_host_names()
