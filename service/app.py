@@ -173,6 +173,7 @@ def create_app(
             lambda: MemoryEventLog(settings.session_events_max_bytes),
             max_sessions=settings.max_sessions,
             ttl_s=settings.session_ttl_s,
+            max_per_owner=settings.quota("sessions"),
         )
 
     backend = None

@@ -9,6 +9,7 @@
      ├── SessionNotFound        no such session (or not the caller's)
      ├── RunInProgress          a session already runs a query
      ├── Overloaded             the instance runs as many queries as it may
+     │    └── StreamLimitReached  it holds as many open streams as it may
      ├── SessionLimitReached    the instance holds as many sessions as it may
      ├── QuotaExceeded          an API key is over one of its quotas (429)
      ├── StoreUnavailable       the shared store (Redis) cannot be reached
@@ -58,6 +59,10 @@ class RunInProgress(AgentStreamError):
 
 class Overloaded(AgentStreamError):
     """The instance already runs as many queries as it is configured for."""
+
+
+class StreamLimitReached(Overloaded):
+    """The instance holds as many open streams as it is configured for (``AGENT_MAX_STREAMS``)."""
 
 
 class SessionLimitReached(AgentStreamError):

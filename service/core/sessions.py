@@ -12,13 +12,14 @@ from __future__ import annotations
 import abc
 import secrets
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from service.core.events import Event, Usage
 from service.core.log import EventLog, MemoryEventLog
-from service.errors import SessionLimitReached, SessionNotFound
+from service.errors import QuotaExceeded, SessionLimitReached, SessionNotFound
 
 IDLE = "idle"
 RUNNING = "running"
@@ -112,10 +113,21 @@ class SessionStore(abc.ABC):
         return False
 
 
+def session_quota_exceeded(limit: int) -> QuotaExceeded:
+    """The refusal of a session past its owner's ``AGENT_QUOTA_SESSIONS`` (a 429)."""
+    return QuotaExceeded(
+        f"too many sessions for this API key: at most {limit} at once; delete one and retry",
+        quota="sessions",
+        limit=limit,
+        retry_after=1,
+    )
+
+
 class MemorySessionStore(SessionStore):
     """Sessions in this process's memory, each with a :class:`MemoryEventLog`.
 
-    Bounded twice: at most ``max_sessions`` at once, and an idle session whose last activity is
+    Bounded three times: at most ``max_sessions`` at once, at most ``max_per_owner`` of them one
+    owner's (short-lived ones aside; 0: no such bound), and an idle session whose last activity is
     older than ``ttl_s`` is dropped by :meth:`expire_idle` (the app calls it periodically).
     """
 
@@ -125,10 +137,13 @@ class MemorySessionStore(SessionStore):
         *,
         max_sessions: int = 10_000,
         ttl_s: float = 3600.0,
+        max_per_owner: int = 0,
     ) -> None:
         self._log_factory = log_factory or MemoryEventLog
         self._sessions: dict[str, Session] = {}
+        self._owned: Counter[str] = Counter()  # each owner's lasting sessions
         self.max_sessions = max_sessions
+        self.max_per_owner = max_per_owner
         self.ttl_s = ttl_s
 
     async def create(self, *, ephemeral: bool = False, owner: str = "") -> Session:
@@ -136,8 +151,15 @@ class MemorySessionStore(SessionStore):
             await self.expire_idle()
             if len(self._sessions) >= self.max_sessions:
                 raise SessionLimitReached(f"{self.max_sessions} sessions are open")
+        limit = self.max_per_owner
+        if limit and not ephemeral and self._owned[owner] >= limit:
+            await self.expire_idle()
+            if self._owned[owner] >= limit:
+                raise session_quota_exceeded(limit)
         session = Session(id=new_session_id(), log=self._log_factory(), ephemeral=ephemeral, owner=owner)
         self._sessions[session.id] = session
+        if not ephemeral:
+            self._owned[owner] += 1
         return session
 
     async def get(self, session_id: str) -> Session:
@@ -150,6 +172,10 @@ class MemorySessionStore(SessionStore):
         session = self._sessions.pop(session_id, None)
         if session is None:
             raise SessionNotFound(session_id)
+        if not session.ephemeral:
+            self._owned[session.owner] -= 1
+            if not self._owned[session.owner]:
+                del self._owned[session.owner]
         await session.log.close()
 
     async def count(self) -> int:

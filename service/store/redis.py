@@ -39,7 +39,15 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from service.core.events import EVENT_ADAPTER, Event, RunError, StatusChange, Usage, is_terminal
 from service.core.log import EventLog, LogEntry, entry_bytes
-from service.core.sessions import IDLE, RUNNING, MemorySessionStore, Session, SessionStore, new_session_id
+from service.core.sessions import (
+    IDLE,
+    RUNNING,
+    MemorySessionStore,
+    Session,
+    SessionStore,
+    new_session_id,
+    session_quota_exceeded,
+)
 from service.errors import RunInProgress, RunLost, SessionLimitReached, SessionNotFound, StoreUnavailable
 from service.store import scripts
 
@@ -155,6 +163,9 @@ class RedisBackend:
 
     def lock_key(self, session_id: str) -> str:
         return f"{self.prefix}:s:{session_id}:run"
+
+    def owner_key(self, owner: str) -> str:
+        return f"{self.prefix}:owner:{owner}"
 
     @property
     def sessions_key(self) -> str:
@@ -694,9 +705,10 @@ class RedisSessionStore(SessionStore):
     request on one instance; keeping those local costs Redis nothing.
     """
 
-    def __init__(self, backend: RedisBackend, local: MemorySessionStore) -> None:
+    def __init__(self, backend: RedisBackend, local: MemorySessionStore, *, max_per_owner: int = 0) -> None:
         self.backend = backend
         self.local = local
+        self.max_per_owner = max_per_owner  # lasting sessions per owner, on every instance together
         self.max_sessions = backend.max_sessions
         self.ttl_s = backend.session_ttl_ms / 1000
 
@@ -712,7 +724,7 @@ class RedisSessionStore(SessionStore):
         try:
             with _store_errors():
                 await backend.scripts["CREATE"](
-                    keys=[backend.meta_key(session_id), backend.sessions_key],
+                    keys=[backend.meta_key(session_id), backend.sessions_key, backend.owner_key(owner)],
                     args=[
                         session_id,
                         owner,
@@ -720,11 +732,15 @@ class RedisSessionStore(SessionStore):
                         backend.session_ttl_ms,
                         int(created * 1000),
                         backend.max_sessions,
+                        self.max_per_owner,
+                        backend.meta_key(""),
                     ],
                 )
         except ResponseError as exc:
             if "SESSIONLIMIT" in str(exc):
                 raise SessionLimitReached(f"{backend.max_sessions} sessions are open") from None
+            if "OWNERLIMIT" in str(exc):
+                raise session_quota_exceeded(self.max_per_owner) from None
             raise
         return Session(id=session_id, log=RedisEventLog(backend, session_id), owner=owner, created_at=created)
 
@@ -891,4 +907,4 @@ def make_store(
         max_bytes=settings.session_events_max_bytes,
         max_sessions=settings.max_sessions,
     )
-    return backend, RedisSessionStore(backend, local_factory())
+    return backend, RedisSessionStore(backend, local_factory(), max_per_owner=settings.quota("sessions"))

@@ -79,10 +79,20 @@ return id
 """
 )
 
-# KEYS meta, zset   ARGV sid, owner, created, ttl_ms, now_ms, max_sessions
+# KEYS meta, zset, owner_set   ARGV sid, owner, created, ttl_ms, now_ms, max_sessions, max_per_owner,
+# meta_prefix. The owner's set names its sessions; one whose meta key is gone (deleted, expired)
+# is dropped from it here, so it needs no upkeep elsewhere.
 CREATE = """
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[5])
 if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[6]) then return redis.error_reply('SESSIONLIMIT') end
+local per_owner = tonumber(ARGV[7])
+if per_owner > 0 then
+  for _, sid in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+    if redis.call('EXISTS', ARGV[8] .. sid) == 0 then redis.call('ZREM', KEYS[3], sid) end
+  end
+  if redis.call('ZCARD', KEYS[3]) >= per_owner then return redis.error_reply('OWNERLIMIT') end
+  redis.call('ZADD', KEYS[3], tonumber(ARGV[5]), ARGV[1])
+end
 redis.call('HSET', KEYS[1], 'owner', ARGV[2], 'created', ARGV[3], 'status', 'idle', 'messages', '[]',
   'usage', '{}', 'last_id', 0, 'bytes', 0, 'run_id', '', 'run_msg', '', 'run_start', 0)
 redis.call('PEXPIRE', KEYS[1], ARGV[4])

@@ -27,6 +27,7 @@ from service.errors import (
     SessionLimitReached,
     SessionNotFound,
     StoreUnavailable,
+    StreamLimitReached,
 )
 from service.logs import session_id_var
 from service.transports import dialects
@@ -104,6 +105,7 @@ _DOMAIN_ERRORS: dict[type[Exception], tuple[int, str]] = {
     SessionNotFound: (404, "Session not found"),
     RunInProgress: (409, "a query is already running in this session"),
     Overloaded: (503, "the service is at its limit of concurrent queries; try again shortly"),
+    StreamLimitReached: (503, "the service is at its limit of open streams; try again shortly"),
     SessionLimitReached: (503, "the service holds as many sessions as it may; delete one or try again later"),
     StoreUnavailable: (503, "session storage (Redis) is unavailable; try again shortly"),
 }

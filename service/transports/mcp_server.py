@@ -271,7 +271,8 @@ async def call_tool(
         return _failure(exc.message, **quota_fields(exc))
     except tuple(_DOMAIN_MESSAGES) as exc:
         code = type(exc).__name__
-        return _failure(_DOMAIN_MESSAGES[type(exc)], code=code)
+        message = next(text for kind, text in _DOMAIN_MESSAGES.items() if isinstance(exc, kind))
+        return _failure(message, code=code)
 
 
 def build_server(

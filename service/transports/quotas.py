@@ -15,6 +15,12 @@ every request belongs to the one anonymous owner ``""``) has, apart from every o
   checked when a query starts, counted as each turn's usage is logged, so the query that crosses
   the limit runs to its end and the next one is refused until 00:00 UTC.
 
+With no keys configured every caller is that one owner, so the per-key quotas apply then only
+when set explicitly (:meth:`~service.config.Settings.quota`); ``AGENT_MAX_STREAMS`` (streams open
+on the instance, whoever holds them: a 503) and ``AGENT_MAX_CONCURRENT_RUNS`` protect the process
+instead. ``AGENT_QUOTA_SESSIONS`` (sessions held at once) is kept by the session store, which
+knows every instance's sessions.
+
 0 means unlimited. A refusal is :class:`~service.errors.QuotaExceeded`: over HTTP a 429 with a
 ``Retry-After`` header (whole seconds) and the body ``{"error", "code": "quota_exceeded",
 "quota", "limit", "retry_after"}``; on a WebSocket an ``error`` frame with the same fields, and
@@ -43,7 +49,7 @@ from aiohttp import web
 
 from service.config import Settings
 from service.core.events import Usage
-from service.errors import QuotaExceeded
+from service.errors import QuotaExceeded, StreamLimitReached
 from service.transports.auth import PUBLIC_PATHS, PUBLIC_PREFIXES, owner_of
 
 STREAMS = "streams"
@@ -80,8 +86,11 @@ class Quotas:
         runs: int = 0,
         requests_per_minute: int = 0,
         tokens_per_day: int = 0,
+        max_streams: int = 0,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        self.max_streams = max_streams  # instance-wide, every owner together
+        self.total_streams = 0
         self.streams = streams
         self.runs = runs
         self.requests_per_minute = requests_per_minute
@@ -94,10 +103,11 @@ class Quotas:
     def from_settings(cls, settings: Settings, clock: Callable[[], float] = time.time) -> Quotas:
         """The quotas ``AGENT_QUOTA_*`` ask for."""
         return cls(
-            streams=settings.quota_streams,
-            runs=settings.quota_runs,
-            requests_per_minute=settings.quota_requests_per_minute,
-            tokens_per_day=settings.quota_tokens_per_day,
+            streams=settings.quota("streams"),
+            runs=settings.quota("runs"),
+            requests_per_minute=settings.quota("requests_per_minute"),
+            tokens_per_day=settings.quota("tokens_per_day"),
+            max_streams=settings.max_streams,
             clock=clock,
         )
 
@@ -181,7 +191,10 @@ class Quotas:
     # -- streams ---------------------------------------------------------------------------
 
     def acquire_stream(self, owner: str) -> None:
-        """Take one of ``owner``'s stream slots; :class:`QuotaExceeded` when none is free."""
+        """Take one of ``owner``'s stream slots; :class:`QuotaExceeded` when none is free, and
+        :class:`StreamLimitReached` when the instance holds ``max_streams`` already."""
+        if self.max_streams and self.total_streams >= self.max_streams:
+            raise StreamLimitReached(f"{self.max_streams} streams are open on this instance")
         state = self._of(owner)
         if self.streams and state.streams >= self.streams:
             raise QuotaExceeded(
@@ -192,11 +205,13 @@ class Quotas:
                 retry_after=CONCURRENCY_RETRY_S,
             )
         state.streams += 1
+        self.total_streams += 1
 
     def release_stream(self, owner: str) -> None:
         """Give back a slot :meth:`acquire_stream` took."""
         state = self._of(owner)
         state.streams = max(0, state.streams - 1)
+        self.total_streams = max(0, self.total_streams - 1)
         self._freed()
 
     @contextmanager

@@ -357,9 +357,8 @@ async def test_concurrent_runs_per_key(make_client: ClientFactory) -> None:
         await ws.send_json({"type": "message", "session_id": idle, "content": SHORT})
         refused_frame(await receive(ws), "runs", 1, request_type="message", session_id=idle)
         await ws.send_json({"type": "run", "message": SHORT})
-        subscribed = await receive(ws)
-        assert subscribed["type"] == "subscribed"
-        refused_frame(await receive(ws), "runs", 1, request_type="run", session_id=subscribed["session_id"])
+        # Refused before any subscription is announced (nothing left for the client to wait on).
+        refused_frame(await receive(ws), "runs", 1, request_type="run")
         await still_usable(ws)
     # Another key runs meanwhile.
     assert (await agent_run(client, B))["usage"]["total_tokens"] > 0
@@ -579,3 +578,94 @@ async def test_a_negotiated_frame_that_inflates_past_the_limit_closes_with_1009(
         await ws.send_str(BOMB)
         closed = await asyncio.wait_for(ws.receive(), WAIT_S)
         assert closed.type == aiohttp.WSMsgType.CLOSE and closed.data == aiohttp.WSCloseCode.MESSAGE_TOO_BIG
+
+
+# --- sessions per key, and no per-key quotas for the anonymous owner -----------------------
+
+
+async def test_one_key_cannot_fill_the_session_cap_for_everyone(make_client: ClientFactory) -> None:
+    client = await make_client(api_keys=KEYS, quota_sessions=3, max_sessions=5)
+    mine = [await new_session(client, A) for _ in range(3)]
+    async with client.post("/sessions", json={}, headers=A) as response:
+        await refused(response, "sessions", 3)
+    # The other key still gets sessions: A's quota keeps it from the global cap.
+    await new_session(client, B)
+    # Deleting one gives the slot back.
+    async with client.delete(f"/sessions/{mine[0]}", headers=A) as response:
+        assert response.status == 204
+    await new_session(client, A)
+    # Short-lived sessions (a stream's own) do not count against it.
+    async with client.post("/agent/stream", json={"message": SHORT}, headers=A) as response:
+        assert response.status == 200
+        assert [event["data"]["type"] async for event in sse_events(response)][-1] == "done"
+
+
+def test_per_key_quotas_apply_to_the_anonymous_owner_only_when_set() -> None:
+    default = Quotas.from_settings(Settings())
+    assert (default.streams, default.runs, default.requests_per_minute, default.tokens_per_day) == (
+        0,
+        0,
+        0,
+        0,
+    )
+    assert default.max_streams == Settings().max_streams >= 1000
+    assert Settings().quota("sessions") == 0 and Settings(api_keys=["k"]).quota("sessions") == 100
+    keyed = Quotas.from_settings(Settings(api_keys=["k"]))
+    assert (keyed.streams, keyed.runs) == (32, 8)
+    assert Quotas.from_settings(Settings(quota_streams=2)).streams == 2  # set on purpose: applies
+
+
+async def test_instance_wide_stream_bound_is_a_503(make_client: ClientFactory) -> None:
+    client = await make_client(max_streams=1)
+    async with client.ws_connect("/ws") as ws:
+        await still_usable(ws)
+        async with client.post("/agent/stream", json={"message": SHORT}) as response:
+            assert response.status == 503 and response.headers["Retry-After"] == "1"
+            assert "open streams" in (await response.json())["error"]
+    await settled(quotas_of(client), lambda: quotas_of(client).total_streams == 0)
+    async with client.post("/agent/stream", json={"message": SHORT}) as response:
+        assert response.status == 200
+
+
+@pytest.fixture
+async def default_service(aiohttp_client: Any) -> TestClient:
+    """The service as ``python -m service`` starts it: default settings, no keys (a paced emulator)."""
+    return await aiohttp_client(create_app(Settings()))
+
+
+async def test_a_default_service_serves_a_hundred_anonymous_viewers(default_service: TestClient) -> None:
+    client = default_service
+    session_id = await new_session(client, {})
+    async with client.post(f"/sessions/{session_id}/messages", json={"content": LONG}) as response:
+        after = (await response.json())["after_id"]
+    viewers = []
+    try:
+        for _ in range(100):
+            response = await client.get(f"/sessions/{session_id}/events", params={"last_event_id": after})
+            assert response.status == 200, await response.text()
+            viewers.append(response)
+        events = [sse_events(viewer) for viewer in viewers]
+        for stream in events:
+            await anext(stream)  # each of the hundred is open and reading
+        assert quotas_of(client).total_streams == 100
+        async with client.post(f"/sessions/{session_id}/cancel") as response:
+            assert response.status == 202
+        for stream in events:
+            last = [event async for event in stream][-1]
+            assert last["event"] == "done", last
+    finally:
+        for viewer in viewers:
+            viewer.close()
+
+
+async def test_a_default_service_runs_a_dozen_anonymous_queries_at_once(default_service: TestClient) -> None:
+    client = default_service
+
+    async def one() -> str:
+        async with client.post(
+            "/agent/stream", json={"message": "hi [emu:tokens=40] [emu:tps=20]"}
+        ) as response:
+            assert response.status == 200, await response.text()
+            return [event["data"]["type"] async for event in sse_events(response)][-1]
+
+    assert await asyncio.gather(*(one() for _ in range(12))) == ["done"] * 12
