@@ -22,6 +22,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 
 from service import jsonsafe
 from service.app import SERVICES, Services
+from service.core.runs import Run
 from service.core.sessions import Session
 from service.errors import (
     EventsPurged,
@@ -166,15 +167,7 @@ class Connection:
                 )
             await handler(self, message)
         except ClientError as error:
-            await self.emit_json(
-                {
-                    "type": "error",
-                    "error": str(error),
-                    "code": error.code,
-                    "request_type": request_type,
-                    **error.extra,
-                }
-            )
+            await self.handle_error(error, request_type)
         except SessionNotFound:
             await self.emit_json(
                 {
@@ -185,6 +178,18 @@ class Connection:
                     "session_id": message.get("session_id"),
                 }
             )
+
+    async def handle_error(self, error: ClientError, request_type: Any) -> None:
+        """Tell the client its message was refused, and why."""
+        await self.emit_json(
+            {
+                "type": "error",
+                "error": str(error),
+                "code": error.code,
+                "request_type": request_type,
+                **error.extra,
+            }
+        )
 
     async def _ping(self, message: dict[str, Any]) -> None:
         await self.emit_json({"type": "pong"})
@@ -229,7 +234,8 @@ class Connection:
         content = _required_str(message, "content")
         if not content.strip():
             raise ClientError("invalid", "content must not be blank", session_id=session.id)
-        await self._start(session, content, _optional_int(message, "max_turns"))
+        run = await self._start(session, content, _optional_int(message, "max_turns"))
+        await self._accepted(session, run)
 
     async def _cancel(self, message: dict[str, Any]) -> None:
         session = await self._session(message)
@@ -245,8 +251,11 @@ class Connection:
         session = await self._create_ephemeral()
         self.ephemeral.add(session.id)
         try:
+            # Started before the client hears of the session: a refused run (overloaded, a quota)
+            # leaves no subscription behind for the client to wait on.
+            run = await self._start(session, text, max_turns, context={})
             await self.emit_json({"type": "subscribed", "session_id": session.id})
-            await self._start(session, text, max_turns)
+            await self._accepted(session, run)
         except BaseException:
             await self._end_ephemeral(session.id)
             raise
@@ -290,18 +299,22 @@ class Connection:
         if max_turns is not None and not 1 <= max_turns <= 100:
             raise ClientError("invalid", "max_turns must be between 1 and 100", **context)
 
-    async def _start(self, session: Session, content: str, max_turns: int | None) -> None:
-        self._check_query(content, max_turns, session_id=session.id)
+    async def _start(
+        self, session: Session, content: str, max_turns: int | None, *, context: dict[str, Any] | None = None
+    ) -> Run:
+        """Start the query; a refusal is a ClientError naming the session (``context`` overrides)."""
+        context = {"session_id": session.id} if context is None else context
+        self._check_query(content, max_turns, **context)
         try:
-            run = await self.services.runs.start(session, content, max_turns)
+            return await self.services.runs.start(session, content, max_turns)
         except RunInProgress:
-            raise ClientError(
-                "conflict", "a query is already running in this session", session_id=session.id
-            ) from None
+            raise ClientError("conflict", "a query is already running in this session", **context) from None
         except Overloaded as exc:
-            raise ClientError("overloaded", str(exc), session_id=session.id) from None
+            raise ClientError("overloaded", str(exc), **context) from None
         except QuotaExceeded as exc:
-            raise _quota_error(exc, session_id=session.id) from None
+            raise _quota_error(exc, **context) from None
+
+    async def _accepted(self, session: Session, run: Run) -> None:
         await self.emit_json({"type": "accepted", "session_id": session.id, "run_id": run.id})
 
     def _stop_subscription(self, session_id: str) -> bool:

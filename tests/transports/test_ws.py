@@ -331,3 +331,20 @@ async def test_idle_socket_without_subscriptions_is_closed(make_client: ClientFa
         )
         frames = await until(ws, is_done)
         assert frames[-1]["type"] == "done"
+
+
+async def test_a_run_refused_as_overloaded_announces_no_subscription(make_client: ClientFactory) -> None:
+    client = await make_client(max_concurrent_runs=1)
+    sessions = services_of(client).sessions
+    async with client.post("/agent/stream", json={"message": "long [emu:tokens=2000] [emu:tps=50]"}) as busy:
+        await anext(sse_events(busy))  # the one slot is taken
+        held = await sessions.count()
+        async with client.ws_connect("/ws") as ws:
+            await ws.send_json({"type": "run", "message": "second"})
+            refusal = await receive(ws)  # no `subscribed` first: nothing to wait on
+            assert refusal["type"] == "error" and refusal["code"] == "overloaded", refusal
+            assert "session_id" not in refusal and refusal["request_type"] == "run"
+            await ws.send_json({"type": "ping"})
+            assert (await receive(ws))["type"] == "pong"
+            assert await sessions.count() == held  # its short-lived session is gone again
+        busy.close()
