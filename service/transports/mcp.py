@@ -53,11 +53,13 @@ from service import jsonsafe
 from service.app import SERVICES, Services
 from service.core.log import LogEntry
 from service.core.sessions import Session
-from service.errors import EventsPurged, SessionLimitReached, SessionNotFound, StoreUnavailable
+from service.errors import SessionLimitReached, SessionNotFound, StoreUnavailable
 from service.transports import dialects
 from service.transports.auth import owner_of
+from service.transports.follow import Ending
 from service.transports.http import error_response, open_connection
 from service.transports.mcp_server import build_server
+from service.transports.pump import Outbox, Pumps, TooSlow, pump, write_until_closed
 from service.transports.sse import event_stream, write_blocks
 
 log = logging.getLogger(__name__)
@@ -335,59 +337,51 @@ EXCHANGE = web.RequestKey("mcp_exchange", Exchange)
 
 
 @dataclass
-class _Purged:
-    exc: EventsPurged
-
-
-@dataclass
 class _Gone:
     reason: str
 
 
-Item = tuple[str, list[LogEntry] | _Purged | _Gone]
+Item = tuple[str, list[LogEntry] | Ending | _Gone]
+
+_GONE = {"closed": "the session was deleted", "store_unavailable": "session storage is unavailable"}
 
 
 class McpStream:
-    """One open GET stream: a pump per followed session's log into one queue, one writer."""
+    """One open GET stream: a pump per followed session's log into one outbox, one writer."""
 
     def __init__(self, mcp: McpSession) -> None:
         self.mcp = mcp
-        self.queue: asyncio.Queue[Item | None] = asyncio.Queue(QUEUE_BATCHES)  # None: closed
-        self.pumps: dict[str, asyncio.Task[None]] = {}
-        self.closed = asyncio.Event()
+        # Bounded in batches; a client that stops reading meets the SSE send timeout first.
+        self.outbox: Outbox[Item] = Outbox(
+            QUEUE_BATCHES, put_timeout=mcp.services.settings.sse_send_timeout_s
+        )
+        self.pumps = Pumps("mcp-pump")
+
+    @property
+    def closed(self) -> bool:
+        """True once a newer stream took over, or this one ended."""
+        return self.outbox.closed
 
     def start_all(self) -> None:
         for session_id in list(self.mcp.followed):
             self.start(session_id)
 
     def start(self, session_id: str) -> None:
-        if self.closed.is_set() or self.mcp.level is None or session_id in self.pumps:
+        if self.closed or self.mcp.level is None or session_id in self.pumps:
             return
         after = self.mcp.followed.get(session_id)
         if after is None:
             return
         # The position is read now, not when the task first runs: by then it may have moved.
-        self.pumps[session_id] = asyncio.create_task(
-            self._pump(session_id, after), name=f"mcp-pump-{session_id}"
-        )
+        self.pumps.start(session_id, self._pump(session_id, after))
 
     def stop(self, session_id: str) -> None:
-        task = self.pumps.pop(session_id, None)
-        if task is not None:
-            task.cancel()
+        self.pumps.stop(session_id)
 
     def close(self) -> None:
-        if self.closed.is_set():
-            return
-        self.closed.set()
-        for task in self.pumps.values():
-            task.cancel()
-        self.pumps.clear()
-        # Wake the writer: what is queued is dropped (a newer stream, or none, takes over), which
-        # also leaves room for the end mark.
-        while not self.queue.empty():
-            self.queue.get_nowait()
-        self.queue.put_nowait(None)
+        # What is queued is dropped (a newer stream, or none, takes over) and the writer woken.
+        self.outbox.close()
+        self.pumps.cancel_all()
 
     async def _pump(self, session_id: str, after: int) -> None:
         mcp = self.mcp
@@ -395,29 +389,28 @@ class McpStream:
             try:
                 session = await mcp.services.sessions.get_owned(session_id, mcp.owner)
             except SessionNotFound:
-                await self.queue.put((session_id, _Gone("the session no longer exists")))
+                await self.outbox.put((session_id, _Gone("the session no longer exists")))
                 return
-            while True:
-                try:
-                    async for batch in session.log.subscribe(after):
-                        await self.queue.put((session_id, batch))
-                        after = batch[-1].id
-                    await self.queue.put((session_id, _Gone("the session was deleted")))
-                    return
-                except EventsPurged as exc:
-                    await self.queue.put((session_id, _Purged(exc)))
-                    after = exc.oldest_id - 1
-        except StoreUnavailable:
-            await self.queue.put((session_id, _Gone("session storage is unavailable")))
-        finally:
-            if self.pumps.get(session_id) is asyncio.current_task():
-                del self.pumps[session_id]
+            except StoreUnavailable:
+                await self.outbox.put((session_id, _Gone(_GONE["store_unavailable"])))
+                return
+            # A purged stretch is reported and skipped: the stream goes on from the oldest kept.
+            await pump(
+                session.log,
+                after,
+                self.outbox,
+                lambda batch: [(session_id, batch)],
+                end=lambda ending: [(session_id, ending)],
+                skip_purged=True,
+            )
+        except TooSlow:
+            pass  # closed under us, or the writer's send timeout ends the stream
 
     def render(self, item: Item) -> list[str]:
         """The SSE blocks for one queue item; advances the followed positions."""
         mcp = self.mcp
         blocks: list[str] = []
-        if self.closed.is_set():
+        if self.closed:
             return blocks  # a newer stream took over: the positions are its to move
         session_id, what = item
         if session_id not in mcp.followed:
@@ -432,8 +425,8 @@ class McpStream:
                         dialects.sse_block(log_message(level, data), id=format_cursor(mcp.followed))
                     )
             return blocks
-        if isinstance(what, _Purged):
-            after, oldest = what.exc.after_id, what.exc.oldest_id
+        if isinstance(what, Ending) and what.reason == "purged":
+            after, oldest = what.last_id, what.oldest_id or what.last_id + 1
             mcp.followed[session_id] = oldest - 1
             data = {
                 "session_id": session_id,
@@ -452,20 +445,14 @@ class McpStream:
             if mcp.wants("error"):
                 blocks.append(dialects.sse_block(log_message("error", data), id=format_cursor(mcp.followed)))
             return blocks
+        reason = what.reason if isinstance(what, _Gone) else _GONE.get(what.reason, "the session ended")
         mcp.followed.pop(session_id, None)
-        data = {"session_id": session_id, "type": "unfollowed", "message": what.reason}
+        data = {"session_id": session_id, "type": "unfollowed", "message": reason}
         if mcp.wants("warning"):
             blocks.append(
                 dialects.sse_block(log_message("warning", data), id=format_cursor(mcp.followed) or None)
             )
         return blocks
-
-    async def next_item(self) -> Item | None:
-        """The next queue item, or None once the stream is closed."""
-        if self.closed.is_set():
-            return None
-        item = await self.queue.get()
-        return None if self.closed.is_set() else item
 
 
 # --- HTTP handlers ---
@@ -674,11 +661,15 @@ async def _stream(request: web.Request, services: Services, response: Any, strea
     await response.send("", id=format_cursor(mcp.followed) or None, retry=settings.sse_retry_ms)
     delivered = services.metrics.events_delivered.labels("mcp")
     stream.start_all()
-    while (item := await stream.next_item()) is not None:
-        blocks = stream.render(item)
+
+    async def write(items: list[Item]) -> bool:
+        blocks = [block for item in items for block in stream.render(item)]
         if blocks:
             await write_blocks(request, response, "".join(blocks).encode(), settings.sse_send_timeout_s)
             delivered.inc(len(blocks))
+        return True
+
+    await write_until_closed(stream.outbox, write)
 
 
 async def delete(request: web.Request) -> web.Response:

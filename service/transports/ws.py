@@ -15,26 +15,26 @@ import asyncio
 import contextlib
 import json
 import logging
-from contextlib import aclosing
 from typing import Any
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from service import jsonsafe
 from service.app import SERVICES, Services
+from service.core.log import LogEntry
 from service.core.runs import Run
 from service.core.sessions import Session
 from service.errors import (
-    EventsPurged,
     Overloaded,
     QuotaExceeded,
     RunInProgress,
     SessionLimitReached,
     SessionNotFound,
-    StoreUnavailable,
 )
 from service.transports import dialects
 from service.transports.auth import origin_allowed, owner_of
+from service.transports.follow import Ending, Stop
+from service.transports.pump import Outbox, Pumps, TooSlow, pump, write_until_closed
 from service.transports.quotas import quota_fields
 
 log = logging.getLogger(__name__)
@@ -52,10 +52,6 @@ class ClientError(Exception):
         self.extra = extra
 
 
-class _TooSlow(Exception):
-    """The client does not read fast enough to keep its outbox from filling."""
-
-
 class Connection:
     """One WebSocket client: its subscriptions, its short-lived runs, and its outbox."""
 
@@ -65,51 +61,39 @@ class Connection:
         self.owner = owner
         self._delivered = services.metrics.events_delivered.labels("ws")
         settings = services.settings
-        self.outbox: asyncio.Queue[str] = asyncio.Queue(maxsize=settings.ws_send_queue)
         self.send_timeout = settings.ws_send_timeout_s
-        self.subscriptions: dict[str, asyncio.Task[None]] = {}
+        self.outbox: Outbox[str] = Outbox(settings.ws_send_queue, self.send_timeout, on_full=self.close_slow)
+        self.pumps = Pumps("ws-sub")
         self.sessions: dict[str, Session] = {}
         self.cursors: dict[str, int] = {}  # the last id each subscription has queued
         self.progress = asyncio.Event()
         self.ephemeral: set[str] = set()
-        self.writer = asyncio.create_task(self._write(), name="ws-writer")
+        self.writer = asyncio.create_task(write_until_closed(self.outbox, self._write), name="ws-writer")
         self.closing = False
 
     # -- writing ---------------------------------------------------------------------------
 
     async def emit(self, frame: str) -> None:
-        """Queue a frame; close the socket with 1013 if it finds no room in time."""
-        try:
-            self.outbox.put_nowait(frame)  # the common case: no timer, no wait
-            return
-        except asyncio.QueueFull:
-            pass
-        try:
-            async with asyncio.timeout(self.send_timeout):
-                await self.outbox.put(frame)
-        except TimeoutError:
-            await self.close_slow()
-            raise _TooSlow from None
+        """Queue a frame; the socket is closed with 1013 if it finds no room in time (TooSlow)."""
+        await self.outbox.put(frame)
 
     async def emit_json(self, payload: dict[str, Any]) -> None:
         """Queue a JSON frame made here (acknowledgements, errors, status)."""
         await self.emit(dialects.dumps(payload))
 
-    async def _write(self) -> None:
-        while True:
-            frames = [await self.outbox.get()]
-            while not self.outbox.empty():  # send what is queued under one timer
-                frames.append(self.outbox.get_nowait())
-            try:
-                async with asyncio.timeout(self.send_timeout):
-                    for frame in frames:
-                        await self.ws.send_str(frame)
-            except TimeoutError:
-                await self.close_slow()
-                return
-            except (ConnectionResetError, RuntimeError):
-                return
-            self._progressed()
+    async def _write(self, frames: list[str]) -> bool:
+        """Send what is queued under one timer; False once the client is gone or closed."""
+        try:
+            async with asyncio.timeout(self.send_timeout):
+                for frame in frames:
+                    await self.ws.send_str(frame)
+        except TimeoutError:
+            await self.close_slow()
+            return False
+        except (ConnectionResetError, RuntimeError):
+            return False
+        self._progressed()
+        return True
 
     def _progressed(self) -> None:
         progress, self.progress = self.progress, asyncio.Event()
@@ -121,7 +105,7 @@ class Connection:
             async with asyncio.timeout(timeout):
                 while True:
                     pending = self.outbox.qsize() > 0
-                    for session_id in list(self.subscriptions):
+                    for session_id in self.pumps.keys():
                         session = self.sessions.get(session_id)
                         if (
                             session is not None
@@ -212,20 +196,18 @@ class Connection:
 
                 body = await purged_body(self.services, session, after, oldest)
                 raise ClientError("events_purged", body.pop("error"), session_id=session.id, **body)
-        self._stop_subscription(session.id)
+        self.pumps.stop(session.id)
         await self.emit_json({"type": "subscribed", "session_id": session.id})
         if after is None:
             await self.emit_json(
                 {"session_id": session.id, "type": "status_change", "status": session.status}
             )
             after = last
-        self.subscriptions[session.id] = asyncio.create_task(
-            self._pump(session, after), name=f"ws-sub-{session.id}"
-        )
+        self.pumps.start(session.id, self._pump(session, after))
 
     async def _unsubscribe(self, message: dict[str, Any]) -> None:
         session_id = _required_str(message, "session_id")
-        if not self._stop_subscription(session_id):
+        if not self.pumps.stop(session_id):
             raise ClientError("not_subscribed", "not subscribed to that session", session_id=session_id)
         await self.emit_json({"type": "unsubscribed", "session_id": session_id})
 
@@ -260,9 +242,7 @@ class Connection:
             await self._end_ephemeral(session.id)
             raise
         # The run has logged its start already; reading from 0 misses nothing.
-        self.subscriptions[session.id] = asyncio.create_task(
-            self._pump(session, 0, until_done=True), name=f"ws-run-{session.id}"
-        )
+        self.pumps.start(session.id, self._pump(session, 0, until_done=True))
 
     _handlers = {
         "ping": _ping,
@@ -317,62 +297,41 @@ class Connection:
     async def _accepted(self, session: Session, run: Run) -> None:
         await self.emit_json({"type": "accepted", "session_id": session.id, "run_id": run.id})
 
-    def _stop_subscription(self, session_id: str) -> bool:
-        task = self.subscriptions.pop(session_id, None)
-        if task is None:
-            return False
-        task.cancel()
-        return True
-
     async def _pump(self, session: Session, after: int, *, until_done: bool = False) -> None:
         """Forward the session's events after ``after`` until unsubscribed (or the run's end)."""
         merge_after = self.services.settings.merge_deltas_after
         session_id = session.id
         self.sessions[session_id] = session
         self.cursors[session_id] = after
+
+        def project(batch: list[LogEntry]) -> list[str]:
+            if len(batch) > merge_after:
+                frames = [
+                    dialects.ws_frame(session_id, data) for _, _, data in dialects.merge_text_runs(batch)
+                ]
+            else:
+                frames = [self._frame(session_id, entry) for entry in batch]
+            self._delivered.inc(len(frames))
+            return frames
+
+        def queued(batch: list[LogEntry]) -> None:
+            self.cursors[session_id] = batch[-1].id
+            self._progressed()
+
         try:
-            async with aclosing(session.log.subscribe(after)) as batches:
-                async for batch in batches:
-                    if len(batch) > merge_after:
-                        frames = [
-                            dialects.ws_frame(session_id, data)
-                            for _, _, data in dialects.merge_text_runs(batch)
-                        ]
-                    else:
-                        frames = [self._frame(session_id, entry) for entry in batch]
-                    for frame in frames:
-                        await self.emit(frame)
-                    self.cursors[session_id] = batch[-1].id
-                    self._delivered.inc(len(frames))
-                    self._progressed()
-                    if until_done and batch[-1].event.type in {"done", "error"}:
-                        break
-            await self.emit_json({"type": "unsubscribed", "session_id": session_id, "reason": "ended"})
-        except EventsPurged as exc:
-            await self.emit_json(
-                {
-                    "type": "error",
-                    "error": str(exc),
-                    "code": "events_purged",
-                    "session_id": session_id,
-                    "oldest_id": exc.oldest_id,
-                }
+            await pump(
+                session.log,
+                after,
+                self.outbox,
+                project,
+                end=lambda ending: [dialects.dumps(_ending_frame(session_id, ending))],
+                stop=Stop.AT_TERMINAL if until_done else Stop.NEVER,
+                on_batch=queued,
             )
-        except StoreUnavailable as exc:
-            await self.emit_json(
-                {
-                    "type": "error",
-                    "error": str(exc) or "session storage is unavailable",
-                    "code": "store_unavailable",
-                    "session_id": session_id,
-                    "last_id": self.cursors.get(session_id, after),
-                }
-            )
-        except _TooSlow:
+        except TooSlow:
             pass
         finally:
-            if self.subscriptions.get(session_id) is asyncio.current_task():
-                del self.subscriptions[session_id]
+            if self.pumps.owns(session_id) or session_id not in self.pumps:
                 self.sessions.pop(session_id, None)
                 self.cursors.pop(session_id, None)
             if until_done:
@@ -397,15 +356,37 @@ class Connection:
         Shielded: the handler may be cancelled again while it cleans up (the peer vanished),
         and a half-done cleanup would leave tasks and short-lived runs behind.
         """
-        tasks = [*self.subscriptions.values(), self.writer]
-        for task in tasks:
-            task.cancel()
+        tasks = [*self.pumps.cancel_all(), self.writer]
+        self.writer.cancel()
+        self.outbox.close()
         await asyncio.shield(self._cleanup(tasks))
 
     async def _cleanup(self, tasks: list[asyncio.Task[Any]]) -> None:
         await asyncio.gather(*tasks, return_exceptions=True)
         for session_id in list(self.ephemeral):
             await self._end_ephemeral(session_id)
+
+
+def _ending_frame(session_id: str, ending: Ending) -> dict[str, Any]:
+    """How a subscription ended, as the frame that tells the client."""
+    if ending.reason == "purged":
+        # Fell behind the purge horizon: a subscribe with its last id gets the snapshot.
+        return {
+            "type": "error",
+            "error": ending.message,
+            "code": "events_purged",
+            "session_id": session_id,
+            "oldest_id": ending.oldest_id,
+        }
+    if ending.reason == "store_unavailable":
+        return {
+            "type": "error",
+            "error": ending.message,
+            "code": "store_unavailable",
+            "session_id": session_id,
+            "last_id": ending.last_id,
+        }
+    return {"type": "unsubscribed", "session_id": session_id, "reason": "ended"}
 
 
 def _encodable(message: dict[str, Any]) -> bool:
@@ -468,7 +449,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
             try:
                 message = await ws.receive(timeout=settings.ws_idle_timeout_s)
             except TimeoutError:
-                if not connection.subscriptions:
+                if not len(connection.pumps):
                     await ws.close(code=WSCloseCode.GOING_AWAY, message=b"idle")
                     break
                 continue
@@ -479,7 +460,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
                 break
             elif message.type in {WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR}:
                 break
-    except _TooSlow:
+    except TooSlow:
         pass
     except Exception:
         # A fault of ours: close with 1011 rather than let the error middleware write an HTTP
