@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Awaitable, Callable
-from contextlib import aclosing
-from typing import TYPE_CHECKING, Annotated, Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Annotated, Any, Protocol
 
 import mcp_types as types
 from aiohttp import web
@@ -45,12 +44,24 @@ from service.errors import (
 )
 from service.transports import dialects
 from service.transports.auth import owner_of
+from service.transports.follow import Follower, Stop
 from service.transports.http import MaxTurns, Text
 from service.transports.quotas import quota_fields
 from service.transports.sessions import IndexAhead, poll
 
-if TYPE_CHECKING:
-    from service.transports.mcp import McpSession
+
+class Follows(Protocol):
+    """What the tools need of an MCP session (``McpSession`` in the HTTP module): the agent
+    sessions it follows on its stream, and its log level."""
+
+    followed: Mapping[str, int]
+
+    def follow(self, session: Session, after: int) -> None:
+        """Send that session's events after ``after`` on the stream."""
+
+    def set_level(self, level: str) -> None:
+        """Send events at ``level`` and above."""
+
 
 SERVER_NAME = "agentstream"
 INSTRUCTIONS = (
@@ -154,7 +165,7 @@ _DOMAIN_MESSAGES: dict[type[Exception], str] = {
 class Tools:
     """The four tools on one request's services, owner and MCP session."""
 
-    def __init__(self, request: web.Request, mcp_session: McpSession) -> None:
+    def __init__(self, request: web.Request, mcp_session: Follows) -> None:
         self.request = request
         self.services: Services = request.app[SERVICES]
         self.owner = owner_of(request)
@@ -223,21 +234,33 @@ async def _await_answer(session: Session, after: int, progress: Progress) -> dic
     """Follow the query to its end; its text, and how it ended. Progress counts its events."""
     text: list[str] = []
     seen = 0
-    async with aclosing(session.log.subscribe(after)) as batches:
-        async for batch in batches:
-            for entry in batch:
-                seen += 1
-                event = entry.event
-                if isinstance(event, TextDelta):
-                    text.append(event.text)
+    skipped = False
+    while True:
+        follower = Follower(session.log, after, stop=Stop.AT_TERMINAL)
+        async with follower as batches:
+            async for batch in batches:
+                seen += len(batch)
+                text.extend(entry.event.text for entry in batch if isinstance(entry.event, TextDelta))
+                event = batch[-1].event
                 if is_terminal(event):
-                    ended: dict[str, Any] = {"next_index": entry.id, "response": "".join(text)}
+                    ended: dict[str, Any] = {"next_index": batch[-1].id, "response": "".join(text)}
                     if isinstance(event, RunDone):
+                        if skipped:  # part of the text is gone: the run's final answer instead
+                            ended["response"] = event.output
                         ended["done"] = dialects.session(event)
                     elif isinstance(event, RunError):
                         ended["error"] = dialects.session(event)
                     return ended
-            await progress(float(seen), f"{seen} events")
+                await progress(float(seen), f"{seen} events")
+        ending = follower.ending
+        if ending is None or ending.reason != "purged":
+            break
+        # A log too small for the query dropped events before they were read: go on from the
+        # oldest kept (the answer's final text comes with the run's end).
+        after = (ending.oldest_id or ending.last_id + 1) - 1
+        skipped = True
+    if ending is not None and ending.reason == "store_unavailable":
+        raise ToolFailed(f"{ending.message}; call session_events later to read the answer")
     raise ToolFailed("the session ended before the query finished")
 
 
@@ -276,7 +299,7 @@ async def call_tool(
 
 
 def build_server(
-    session_of: Callable[[web.Request], McpSession], exchange_of: Callable[[web.Request], Any]
+    session_of: Callable[[web.Request], Follows], exchange_of: Callable[[web.Request], Any]
 ) -> Server[Any]:
     """The SDK server: tools and logging, each handler reaching the core through ``ctx.request``."""
 

@@ -111,3 +111,16 @@ async def test_websocket_run_ends_with_an_events_purged_error(
                     break
         assert frame["code"] == "events_purged"
     assert_clean_log(caplog)
+
+
+async def test_mcp_waiting_call_answers_despite_a_purged_log(
+    make_client: ClientFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``session_message`` with ``wait`` follows its query to the end through a purged stretch."""
+    from tests.transports.test_mcp import call, connect
+
+    client = await make_client(session_events_max_bytes=TINY)
+    async with connect(client) as mcp:
+        result = await call(mcp, "session_message", content="What is the square root of 144?", wait=True)
+    assert "12" in result["response"] and result["done"]["type"] == "done"
+    assert_clean_log(caplog)
