@@ -22,10 +22,6 @@ expression costs nothing. Those checks are the first line of defence. The second
 evaluation runs: in a :class:`WorkerPool` process, off the event loop, under a hard memory limit
 (``RLIMIT_AS``) and a hard time limit (a worker that overruns is killed and replaced), so anything
 that slips past the checks costs one worker process, never the service.
-
-:func:`check_fetch_url` is the guard for any tool that fetches a URL: it refuses link-local and
-cloud metadata addresses always, and loopback and private ones unless allowed, checking every
-address the host name resolves to.
 """
 
 from __future__ import annotations
@@ -37,15 +33,12 @@ import collections
 import contextlib
 import contextvars
 import inspect
-import ipaddress
 import logging
 import math
 import multiprocessing
 import re
 import signal
-import socket
 import time
-import urllib.parse
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -67,7 +60,6 @@ __all__ = [
     "ToolExecutor",
     "ToolOutcome",
     "ToolSource",
-    "UnsafeURLError",
     "WorkerCrashed",
     "WorkerError",
     "WorkerMemoryError",
@@ -76,12 +68,9 @@ __all__ = [
     "WorkerTimeout",
     "builtin_tools",
     "calculate",
-    "check_fetch_url",
-    "check_fetch_url_async",
     "evaluate",
     "format_number",
     "parse_expression",
-    "resolve_fetch_url",
 ]
 
 Number = int | float
@@ -101,8 +90,7 @@ class Tool(abc.ABC):
 
     Optional hooks the :class:`ToolExecutor` calls when a tool has them: ``async start()`` (get
     ready when the service starts) and ``async aclose()`` (release worker processes or
-    connections when it stops). A tool that fetches URLs must pass each one, redirects included,
-    through :func:`check_fetch_url` (or :func:`resolve_fetch_url`) first.
+    connections when it stops).
     """
 
     name: str
@@ -1446,219 +1434,3 @@ def _reap_all(workers: Sequence[_Worker], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     for worker in workers:
         worker.reap(max(0.0, deadline - time.monotonic()))
-
-
-# --------------------------------------------------------------------------------------------
-# URL guard: for every tool that fetches a URL
-# --------------------------------------------------------------------------------------------
-
-
-class UnsafeURLError(ValueError):
-    """A tool was asked to fetch a URL it must not (or cannot) fetch; the message says why."""
-
-
-# Refused always, even when private addresses are allowed: link-local (where the cloud metadata
-# services live) and the metadata endpoints elsewhere.
-_METADATA_NETWORKS = tuple(
-    ipaddress.ip_network(network)
-    for network in (
-        "169.254.0.0/16",  # IPv4 link-local; AWS, GCP, Azure and OCI metadata at 169.254.169.254
-        "fe80::/10",  # IPv6 link-local
-        "fd00:ec2::254/128",  # AWS instance metadata over IPv6
-        "100.100.100.200/32",  # Alibaba Cloud metadata
-    )
-)
-_METADATA_HOSTNAMES = frozenset(
-    {"metadata.google.internal", "metadata.goog", "metadata", "instance-data", "instance-data.ec2.internal"}
-)
-_THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")  # 0.0.0.0 reaches this machine on Linux
-# IPv6 prefixes whose last 32 bits are an IPv4 address the packet ends up at.
-_NAT64_NETWORKS = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
-_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
-# Parsers disagree about these (a backslash is a slash to browsers, not to urllib): refuse them.
-_URL_FORBIDDEN = re.compile(r"[\x00-\x20\x7f\\]")
-_IPV4_PART = re.compile(r"^(?:0x[0-9a-f]*|[0-9]+)$")
-
-Address = ipaddress.IPv4Address | ipaddress.IPv6Address
-Resolver = Callable[[str, int], Iterable[str]]
-
-
-def _system_resolver(host: str, port: int) -> list[str]:
-    """Every address ``host`` resolves to, as the operating system resolves it (blocking)."""
-    return [str(info[4][0]) for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
-
-
-def _loose_ipv4(host: str) -> ipaddress.IPv4Address | None:
-    """``host`` as an IPv4 address in any form inet_aton (and so most HTTP clients) accepts.
-
-    One to four dot-separated parts, each decimal, ``0x`` hex or ``0``-prefixed octal, the last
-    filling the remaining bytes: ``2852039166``, ``0xa9fea9fe``, ``0251.0376.0251.0376`` and
-    ``169.254.43518`` are all 169.254.169.254. None when ``host`` is a name.
-    """
-    parts = host.split(".")
-    if len(parts) > 1 and parts[-1] == "":
-        parts.pop()  # a trailing dot
-    if not 1 <= len(parts) <= 4 or not all(_IPV4_PART.match(part) for part in parts):
-        return None
-    numbers = []
-    for part in parts:
-        try:
-            if part.startswith("0x"):
-                numbers.append(int(part[2:] or "0", 16))
-            elif len(part) > 1 and part.startswith("0"):
-                numbers.append(int(part, 8))
-            else:
-                numbers.append(int(part))
-        except ValueError:
-            raise UnsafeURLError(f"invalid IPv4 address {host!r}") from None
-    *head, last = numbers
-    if any(number > 255 for number in head) or last >= 256 ** (5 - len(numbers)):
-        raise UnsafeURLError(f"invalid IPv4 address {host!r}")
-    value = last
-    for index, number in enumerate(head):
-        value += number << (8 * (3 - index))
-    return ipaddress.IPv4Address(value)
-
-
-def _parse_address(text: str) -> Address:
-    """An address as a resolver or a URL gives it, without an IPv6 zone (``fe80::1%eth0``)."""
-    return ipaddress.ip_address(text.split("%", 1)[0])
-
-
-def _literal_address(host: str) -> Address | None:
-    """The address a URL's host names literally, or None for a host name."""
-    if ":" in host:  # urlsplit() gives an IPv6 literal without its brackets
-        try:
-            return _parse_address(urllib.parse.unquote(host))
-        except ValueError:
-            raise UnsafeURLError(f"invalid IPv6 address {host!r}") from None
-    if "%" in host:
-        raise UnsafeURLError(f"percent-encoded host names are not allowed ({host!r})")
-    return _loose_ipv4(host)
-
-
-def _embedded_ipv4(address: ipaddress.IPv6Address) -> tuple[ipaddress.IPv4Address | None, bool]:
-    """The IPv4 address inside an IPv6 one, and whether the IPv6 address is only its wrapper."""
-    if address.ipv4_mapped is not None:  # ::ffff:169.254.169.254
-        return address.ipv4_mapped, True
-    if any(address in network for network in _NAT64_NETWORKS):
-        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF), True
-    if address in _IPV4_COMPATIBLE and int(address) > 1:  # ::169.254.169.254 (deprecated form)
-        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF), True
-    if address.sixtofour is not None:  # 2002:a9fe:a9fe:: routes to 169.254.169.254
-        return address.sixtofour, False
-    return None, False
-
-
-def _address_problem(address: Address, allow_private: bool) -> str | None:
-    """Why a tool must not connect to ``address``, or None when it may."""
-    if isinstance(address, ipaddress.IPv6Address):
-        address = ipaddress.IPv6Address(int(address))  # drop a zone
-        inner, wrapper = _embedded_ipv4(address)
-        if inner is not None:
-            problem = _address_problem(inner, allow_private)
-            if problem is not None or wrapper:
-                return problem and f"{problem} ({inner} inside an IPv6 address)"
-    if any(address in network for network in _METADATA_NETWORKS if network.version == address.version):
-        return "a link-local or cloud metadata address"
-    if address.is_unspecified or address.is_multicast or (address.version == 4 and address in _THIS_NETWORK):
-        return "not a unicast address"
-    if address.version == 4 and int(address) == 0xFFFFFFFF:
-        return "not a unicast address"
-    if allow_private:
-        return None
-    if address.is_loopback:
-        return "a loopback address"
-    if not address.is_global:
-        return "a private or internal address"
-    return None
-
-
-def resolve_fetch_url(
-    url: str, *, allow_private: bool = False, resolver: Resolver | None = None
-) -> list[str]:
-    """Check that a tool may fetch ``url`` and return the addresses it may connect to.
-
-    Refused (:class:`UnsafeURLError`): schemes other than http and https; credentials in the
-    URL; whitespace, control characters or backslashes; link-local and cloud metadata addresses
-    and host names (169.254.0.0/16 with 169.254.169.254, fe80::/10, fd00:ec2::254,
-    100.100.100.200, metadata.google.internal), always; loopback, private and other non-global
-    addresses unless ``allow_private``. IPv4 written as one number, in hex or in octal, and IPv4
-    inside IPv6 (``::ffff:169.254.169.254``, NAT64, 6to4) count as the IPv4 address. A host name
-    is resolved (``resolver(host, port)``, by default the system's) and *every* address it
-    resolves to must pass, so a DNS name pointing at the metadata service is refused too.
-
-    Blocking when it resolves a name; from async code use :func:`check_fetch_url_async`. A
-    fetcher should connect to the returned addresses (a name can resolve differently a moment
-    later) and check every redirect's URL again.
-    """
-    if not isinstance(url, str):
-        raise UnsafeURLError(f"the URL must be a string, got {type(url).__name__}")
-    shown = url if len(url) <= 200 else url[:197] + "..."
-    if _URL_FORBIDDEN.search(url):
-        raise UnsafeURLError(
-            f"refusing to fetch {shown!r}: it contains whitespace, control characters or backslashes"
-        )
-    try:
-        parts = urllib.parse.urlsplit(url)
-        host = parts.hostname
-        port = parts.port
-    except ValueError as exc:
-        raise UnsafeURLError(f"refusing to fetch {shown}: invalid URL ({exc})") from None
-    scheme = parts.scheme.lower()
-    if scheme not in ("http", "https"):
-        raise UnsafeURLError(f"refusing to fetch {shown}: only http and https URLs can be fetched")
-    if not host:
-        raise UnsafeURLError(f"refusing to fetch {shown}: the URL has no host")
-    if parts.username is not None or parts.password is not None:
-        raise UnsafeURLError(f"refusing to fetch {shown}: user names and passwords in URLs are not allowed")
-    port = port or (443 if scheme == "https" else 80)
-    if not host.isascii():
-        # As the resolver will see it: IDNA maps full-width digits and letters to ASCII, so
-        # "１２７.０.０.１" is 127.0.0.1 and "ｍｅｔａｄａｔａ.google.internal" the metadata host.
-        try:
-            host = host.encode("idna").decode("ascii")
-        except UnicodeError:
-            raise UnsafeURLError(f"refusing to fetch {shown}: invalid host name") from None
-    try:
-        literal = _literal_address(host)
-    except UnsafeURLError as exc:
-        raise UnsafeURLError(f"refusing to fetch {shown}: {exc}") from None
-    if literal is not None:
-        addresses: list[Address] = [literal]
-    else:
-        name = host.rstrip(".")
-        if name in _METADATA_HOSTNAMES:
-            raise UnsafeURLError(f"refusing to fetch {shown}: {name} is a cloud metadata host name")
-        if not allow_private and (name == "localhost" or name.endswith(".localhost")):
-            raise UnsafeURLError(f"refusing to fetch {shown}: {name} is a loopback host name")
-        try:
-            resolved = list((resolver or _system_resolver)(name, port))
-        except (OSError, UnicodeError) as exc:
-            raise UnsafeURLError(
-                f"refusing to fetch {shown}: {name} could not be resolved ({_describe_exception(exc)})"
-            ) from None
-        if not resolved:
-            raise UnsafeURLError(f"refusing to fetch {shown}: {name} resolved to no address")
-        try:
-            addresses = [_parse_address(str(item)) for item in resolved]
-        except ValueError as exc:
-            raise UnsafeURLError(f"refusing to fetch {shown}: {name} resolved to {exc}") from None
-    for address in addresses:
-        problem = _address_problem(address, allow_private)
-        if problem is not None:
-            where = host if literal is not None else f"{host} (resolving to {address})"
-            raise UnsafeURLError(f"refusing to fetch {shown}: {where} is {problem}")
-    return [str(address) for address in dict.fromkeys(addresses)]
-
-
-def check_fetch_url(url: str, *, allow_private: bool = False, resolver: Resolver | None = None) -> None:
-    """Raise :class:`UnsafeURLError` unless a tool may fetch ``url`` (see :func:`resolve_fetch_url`)."""
-    resolve_fetch_url(url, allow_private=allow_private, resolver=resolver)
-
-
-async def check_fetch_url_async(
-    url: str, *, allow_private: bool = False, resolver: Resolver | None = None
-) -> list[str]:
-    """:func:`resolve_fetch_url` in a thread, so name resolution does not block the event loop."""
-    return await asyncio.to_thread(resolve_fetch_url, url, allow_private=allow_private, resolver=resolver)
