@@ -1,41 +1,24 @@
-"""Hardening of the tools: the calculator's worker processes and output truncation.
+"""Tests for the calculator tool: through the executor, in its worker processes, its settings.
 
 The calculator's bounds on the syntax tree stop every costly expression before it is computed,
 so the tests that prove the process guard (memory limit, time limit) relax those bounds through
-:class:`CalculatorLimits`, or run a plain function in a :class:`WorkerPool` directly.
+:class:`CalculatorLimits`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import os
-import resource
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from service.agent.tools import (
-    DEFAULT_MAX_RESULT_CHARS,
-    Calculator,
-    CalculatorError,
-    CalculatorLimits,
-    FunctionTool,
-    Tool,
-    ToolExecutor,
-    WorkerCrashed,
-    WorkerMemoryError,
-    WorkerPool,
-    WorkerPoolClosed,
-    WorkerTimeout,
-    builtin_tools,
-    calculate,
-    evaluate,
-)
-
-OBJECT_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
+from service.agent.arithmetic import CalculatorError, CalculatorLimits, calculate
+from service.agent.calculator import Calculator, builtin_tools
+from service.agent.tools import ToolExecutor, ToolOutcome
+from service.sandbox import WorkerPool, WorkerPoolClosed, WorkerTimeout
 
 # No bound on integer size: what the syntax-tree checks would refuse reaches the worker.
 RELAXED = CalculatorLimits(max_int_bits=10**12)
@@ -43,20 +26,6 @@ RELAXED = CalculatorLimits(max_int_bits=10**12)
 ENDLESS = "9**9**9"
 # A 2**28-bit (32 MB) integer: past a 48 MB worker within a second, long before any time limit.
 MEMORY_HOG = "2**(2**28)"
-
-
-@pytest.fixture
-async def pools() -> Any:
-    """Make pools and calculators that are closed after the test, so no worker outlives it."""
-    made: list[Any] = []
-
-    def track(thing: Any) -> Any:
-        made.append(thing)
-        return thing
-
-    yield track
-    for thing in made:
-        await (thing.close() if isinstance(thing, WorkerPool) else thing.aclose())
 
 
 async def until(condition: Callable[[], bool], turns: int = 1000) -> None:
@@ -77,6 +46,53 @@ def gone(pid: int) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
+# The tool
+# ---------------------------------------------------------------------------------------------
+
+
+def test_calculator_tool_description() -> None:
+    tools = builtin_tools()
+    assert len(tools) == 1 and isinstance(tools[0], Calculator)
+    calculator = tools[0]
+    assert calculator.name == "calculator"
+    schema = calculator.input_schema
+    assert schema["type"] == "object"
+    assert schema["required"] == ["expression"]
+    assert schema["properties"]["expression"]["type"] == "string"
+    assert "sqrt" in schema["properties"]["expression"]["description"]
+
+
+async def test_calculator_through_the_executor() -> None:
+    executor = ToolExecutor(builtin_tools())
+    outcome = await executor.run("calculator", "tu_1", {"expression": "sqrt(144)"})
+    assert outcome == ToolOutcome(
+        tool="calculator",
+        tool_use_id="tu_1",
+        input={"expression": "sqrt(144)"},
+        result="12",
+        is_error=False,
+        duration_ms=outcome.duration_ms,
+    )
+    assert outcome.duration_ms >= 0
+
+
+async def test_calculator_errors_become_error_outcomes() -> None:
+    executor = ToolExecutor(builtin_tools())
+    outcome = await executor.run("calculator", "tu_1", {"expression": "9**9**9"})
+    assert outcome.is_error
+    assert outcome.result == (
+        "Tool 'calculator' failed: CalculatorError: integer result too large (limit is 10000 bits)"
+    )
+
+
+@pytest.mark.parametrize("tool_input", [{}, {"expression": 12}, {"expr": "1+1"}])
+async def test_calculator_needs_an_expression_string(tool_input: dict[str, Any]) -> None:
+    outcome = await ToolExecutor(builtin_tools()).run("calculator", "tu_1", tool_input)
+    assert outcome.is_error
+    assert outcome.result == ("Tool 'calculator' failed: CalculatorError: input needs an 'expression' string")
+
+
+# ---------------------------------------------------------------------------------------------
 # The process guard
 # ---------------------------------------------------------------------------------------------
 
@@ -89,20 +105,6 @@ async def test_calculator_runs_in_a_worker_process(pools: Any) -> None:
     pid = await calculator.pool.call(os.getpid, timeout=5)
     assert pid != os.getpid()
     assert calculator.pool.size == 1 and calculator.pool.started == 1
-
-
-async def test_worker_has_the_memory_limit(pools: Any) -> None:
-    pool = pools(WorkerPool(max_workers=1, memory_mb=100))
-    limit = await pool.call(resource.getrlimit, resource.RLIMIT_AS, timeout=5)
-    assert limit == (100 << 20, 100 << 20)
-
-
-async def test_allocation_past_the_memory_limit_is_stopped_and_the_worker_replaced(pools: Any) -> None:
-    pool = pools(WorkerPool(max_workers=1, memory_mb=64))
-    with pytest.raises(WorkerMemoryError, match="needed more than 64 MB"):
-        await pool.call(bytearray, 1 << 30, timeout=30)
-    assert await pool.call(abs, -3, timeout=5) == 3
-    assert pool.started == 2  # the worker that ran out of memory was retired
 
 
 async def test_calculation_past_the_memory_limit_is_an_error_result(pools: Any) -> None:
@@ -165,13 +167,6 @@ async def test_the_event_loop_runs_while_a_calculation_runs(pools: Any) -> None:
     assert pool.size == 1 and pool.started == 2
 
 
-async def test_a_crashed_worker_is_an_error_and_is_replaced(pools: Any) -> None:
-    pool = pools(WorkerPool(max_workers=1))
-    with pytest.raises(WorkerCrashed, match="exited with code 3"):
-        await pool.call(os._exit, 3, timeout=5)
-    assert await pool.call(abs, -1, timeout=5) == 1
-
-
 async def test_exceptions_come_back_as_they_were_raised(pools: Any) -> None:
     pool = pools(WorkerPool(max_workers=1))
     with pytest.raises(CalculatorError, match="division by zero"):
@@ -218,22 +213,7 @@ async def test_close_stops_every_worker_and_refuses_later_calls(pools: Any) -> N
     assert outcome.result == "Tool 'calculator' failed: CalculatorError: the calculator is shut down"
 
 
-async def test_a_pool_dropped_without_close_kills_its_workers() -> None:
-    pool = WorkerPool(max_workers=1)
-    await pool.call(abs, 1, timeout=5)
-    (worker,) = pool._workers
-    process = worker.process
-    del pool, worker
-    gc.collect()
-    await asyncio.to_thread(process.join, 10)
-    assert process.exitcode == -9
-
-
-def test_pool_settings_are_checked() -> None:
-    with pytest.raises(ValueError, match="max_workers"):
-        WorkerPool(max_workers=0)
-    with pytest.raises(ValueError, match="memory_mb"):
-        WorkerPool(memory_mb=0)
+def test_calculator_settings_are_checked() -> None:
     with pytest.raises(ValueError, match="timeout"):
         Calculator(timeout=0)
 
@@ -274,84 +254,9 @@ async def test_an_overlong_expression_never_reaches_a_worker(pools: Any) -> None
     assert calculator.pool.started == 0
 
 
-def test_limits_can_be_tightened() -> None:
-    limits = CalculatorLimits(max_expression_chars=20, max_depth=3, max_nodes=10)
-    with pytest.raises(CalculatorError, match=r"too long: 21 characters \(limit is 20\)"):
-        evaluate("1" * 21, limits)
-    with pytest.raises(CalculatorError, match=r"nested too deeply \(limit is 3 levels\)"):
-        evaluate("----1", limits)
-    with pytest.raises(CalculatorError, match=r"too complex: 11 parts \(limit is 10\)"):
-        evaluate("1+2+3+4+5+6", limits)
-    assert evaluate("-(-1)", limits) == 1
-
-
-def test_limits_apply_only_to_their_evaluation() -> None:
-    assert int(calculate("2**12000", RELAXED)) == 2**12000
-    with pytest.raises(CalculatorError, match="integer result too large"):
-        evaluate("2**12000")
-
-
 # ---------------------------------------------------------------------------------------------
-# Output truncation, for every kind of tool
+# Settings
 # ---------------------------------------------------------------------------------------------
-
-
-class RemoteTool(Tool):
-    """Stands for an MCP or AWS tool: a Tool subclass, offered through a ToolSource."""
-
-    name = "remote"
-    description = "returns a long text"
-    input_schema = OBJECT_SCHEMA
-
-    async def call(self, input: dict[str, Any]) -> str:
-        return "r" * 30
-
-
-class Source:
-    def __init__(self, tools: Iterable[Tool]) -> None:
-        self._tools = list(tools)
-
-    def tools(self) -> Sequence[Tool]:
-        return self._tools
-
-
-async def test_every_tools_output_is_truncated() -> None:
-    async def long_async(_input: dict[str, Any]) -> str:
-        return "a" * 30
-
-    def long_error(_input: dict[str, Any]) -> str:
-        raise RuntimeError("e" * 30)
-
-    executor = ToolExecutor(
-        [
-            FunctionTool("sync", "", OBJECT_SCHEMA, lambda _input: "s" * 30),
-            FunctionTool("async", "", OBJECT_SCHEMA, long_async),
-            FunctionTool("fails", "", OBJECT_SCHEMA, long_error),
-            FunctionTool("number", "", OBJECT_SCHEMA, lambda _input: 10**25),
-        ],
-        max_result_chars=20,
-    )
-    executor.add_source(Source([RemoteTool()]))
-    for name, first in [("sync", "s" * 20), ("async", "a" * 20), ("remote", "r" * 20)]:
-        outcome = await executor.run(name, "tu", {})
-        assert outcome.result == first + "\n[truncated: 10 of 30 characters omitted]"
-        assert not outcome.is_error
-    failed = await executor.run("fails", "tu", {})
-    assert failed.is_error  # "Tool 'fails' failed: RuntimeError: eee...", 65 characters
-    assert failed.result == "Tool 'fails' failed:\n[truncated: 45 of 65 characters omitted]"
-    number = await executor.run("number", "tu", {})
-    assert number.result == "1" + "0" * 19 + "\n[truncated: 6 of 26 characters omitted]"
-
-
-async def test_output_at_the_limit_is_whole() -> None:
-    executor = ToolExecutor(
-        [FunctionTool("fits", "", OBJECT_SCHEMA, lambda _input: "x" * 20)], max_result_chars=20
-    )
-    assert (await executor.run("fits", "tu", {})).result == "x" * 20
-
-
-def test_default_output_limit() -> None:
-    assert ToolExecutor().max_result_chars == DEFAULT_MAX_RESULT_CHARS == 20_000
 
 
 def test_the_app_passes_its_settings_to_the_tools() -> None:
