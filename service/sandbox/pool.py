@@ -43,7 +43,7 @@ _WORKER_START_TIMEOUT_S = 30.0
 class _Worker:
     """One worker process and the parent's end of its pipe."""
 
-    __slots__ = ("process", "conn", "__weakref__")
+    __slots__ = ("process", "conn")
 
     def __init__(self, process: Any, conn: Any) -> None:
         self.process = process
@@ -177,10 +177,6 @@ class WorkerPool:
         self._closed = False
         self.started = 0  # workers started so far
         self._finalizer = weakref.finalize(self, _kill_all, self._workers)
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
 
     @property
     def size(self) -> int:
