@@ -15,8 +15,9 @@ from typing import Any
 
 from aiohttp import web
 
+from service.agent.calculator import builtin_tools
 from service.agent.loop import AgentLoop
-from service.agent.tools import Tool, ToolExecutor, builtin_tools
+from service.agent.tools import Tool, ToolExecutor
 from service.config import Settings, load_settings
 from service.core.log import MemoryEventLog
 from service.core.runs import RunManager

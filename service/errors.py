@@ -16,7 +16,8 @@
      └── RunLost                a run's claim on its session expired (another instance ended it)
 
 Transports map these to HTTP statuses; the agent loop turns provider errors into ``error``
-events. Nothing here imports a transport or a provider.
+events. Nothing here imports a transport or a provider. :func:`describe_exception` is how the
+tool executor and the worker sandbox put any exception into one line for the model or the log.
 """
 
 from __future__ import annotations
@@ -87,3 +88,13 @@ class StoreUnavailable(AgentStreamError):
 
 class RunLost(AgentStreamError):
     """A run no longer holds its session: its claim expired and the run was declared interrupted."""
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``"Type: message"`` for any exception (the type alone without a message); never raises."""
+    try:
+        message = str(exc)
+    except Exception:  # noqa: BLE001 - a broken __str__ must not break the caller's report
+        message = ""
+    name = type(exc).__name__
+    return f"{name}: {message}" if message else name

@@ -15,6 +15,7 @@ import uvicorn
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
+from service.agent.calculator import builtin_tools
 from service.agent.mcp import (
     McpToolError,
     McpToolSet,
@@ -23,7 +24,7 @@ from service.agent.mcp import (
     find_mcp_tools,
     offered_name,
 )
-from service.agent.tools import FunctionTool, Tool, ToolExecutor, builtin_tools
+from service.agent.tools import FunctionTool, Tool, ToolExecutor
 from tests.conftest import ClientFactory, services_of, stream_agent
 
 pytestmark = pytest.mark.timeout(60)

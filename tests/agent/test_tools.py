@@ -1,25 +1,17 @@
-"""Tests for the tool executor and the built-in calculator."""
+"""Tests for the tool executor: registration, one call, a batch, and output truncation."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import threading
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pytest
 
-from service.agent.tools import (
-    Calculator,
-    CalculatorError,
-    FunctionTool,
-    Tool,
-    ToolExecutor,
-    ToolOutcome,
-    builtin_tools,
-    evaluate,
-    format_number,
-)
+from service.agent.calculator import Calculator, builtin_tools
+from service.agent.tools import DEFAULT_MAX_RESULT_CHARS, FunctionTool, Tool, ToolExecutor, ToolOutcome
 
 OBJECT_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 
@@ -27,250 +19,6 @@ OBJECT_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 def make_tool(name: str, func: Any) -> FunctionTool:
     """A FunctionTool with a throwaway description and an empty object schema."""
     return FunctionTool(name, f"the {name} tool", OBJECT_SCHEMA, func)
-
-
-def calc(expression: str) -> str:
-    """Evaluate and format, as the calculator tool does."""
-    return format_number(evaluate(expression))
-
-
-# ---------------------------------------------------------------------------------------------
-# Calculator: what it computes
-# ---------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("expression", "expected"),
-    [
-        ("1 + 2 * 3", "7"),
-        ("(1 + 2) * 3", "9"),
-        ("2 * 3 ** 2", "18"),
-        ("-3 ** 2", "-9"),
-        ("10 - 4 - 3", "3"),
-        ("2 ** 3 ** 2", "512"),
-        ("7 / 2", "3.5"),
-        ("7 // 2", "3"),
-        ("-7 // 2", "-4"),
-        ("7 % 3", "1"),
-        ("+5", "5"),
-        ("sqrt(144)", "12"),
-        ("2**0.5", "1.4142135623730951"),
-        ("factorial(5)", "120"),
-        ("2^10", "1024"),
-        ("2 ^ 3 ^ 2", "512"),
-        ("6 × 7", "42"),
-        ("9 ÷ 2", "4.5"),
-        ("2**-2", "0.25"),
-        ("0.1 + 0.2", "0.30000000000000004"),
-        ("pi", "3.141592653589793"),
-        ("tau / 2", "3.141592653589793"),
-        ("log(e)", "1"),
-        ("log(8, 2)", "3"),
-        ("log10(1000)", "3"),
-        ("atan2(1, 1) * 4", "3.141592653589793"),
-        ("degrees(pi)", "180"),
-        ("floor(-2.5)", "-3"),
-        ("ceil(2.1)", "3"),
-        ("abs(-4)", "4"),
-        ("round(2.567, 2)", "2.57"),
-        ("round(2.5)", "2"),
-        ("pow(2, 10)", "1024"),
-        ("hypot(3, 4)", "5"),
-        ("gcd(12, 18)", "6"),
-        ("lcm(4, 6)", "12"),
-        ("comb(10, 3)", "120"),
-        ("perm(5, 2)", "20"),
-        ("trunc(-2.7)", "-2"),
-        ("min(3, 1, 2)", "1"),
-        ("max(3, 1, 2.5)", "3"),
-        ("cbrt(-8)", "-2"),
-        ("factorial(sqrt(25))", "120"),
-        ("1e15", "1000000000000000.0"),
-        ("1e14", "100000000000000"),
-        ("2**100", "1267650600228229401496703205376"),
-        ("  1 + 1  ", "2"),
-    ],
-)
-def test_calculator_computes(expression: str, expected: str) -> None:
-    assert calc(expression) == expected
-
-
-def test_calculator_allows_integers_up_to_the_limit() -> None:
-    assert evaluate("2**9999") == 2**9999
-    assert evaluate("(2**9999 - 1) * 2 + 1") == 2**10000 - 1
-
-
-def test_calculator_result_types() -> None:
-    assert isinstance(evaluate("6 * 7"), int)
-    assert isinstance(evaluate("sqrt(144)"), float)
-
-
-# ---------------------------------------------------------------------------------------------
-# Calculator: what it refuses
-# ---------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("expression", "message"),
-    [
-        # Running code.
-        ("__import__('os')", "unknown name '__import__'"),
-        ("open('x')", "unknown name 'open'"),
-        ("().__class__", "unsupported expression: attribute access"),
-        ("math.sqrt(2)", "unsupported expression: only named functions can be called"),
-        ("(1).real", "unsupported expression: attribute access"),
-        ("x[0]", "unsupported expression: subscript"),
-        ("lambda: 1", "unsupported expression: lambda"),
-        ("[x for x in (1, 2)]", "unsupported expression: comprehension"),
-        ("sqrt(x=4)", "unsupported expression: keyword arguments"),
-        ("max(*(1, 2))", "unsupported expression: starred argument"),
-        ("1 < 2", "unsupported expression: comparison"),
-        ("1 and 2", "unsupported expression: boolean operator"),
-        ("1 if 1 else 2", "unsupported expression: conditional expression"),
-        ("(1, 2)", "unsupported expression: tuple"),
-        ("(y := 2)", "unsupported expression: assignment"),
-        ("x", "unknown name 'x'"),
-        ("sqrt", "'sqrt' is a function"),
-        ("import os", "invalid expression"),
-        ("1 +", "invalid expression"),
-        ("", "empty expression"),
-        ("   ", "empty expression"),
-        ("1\0", "invalid expression"),
-        # Values that are not numbers.
-        ("'abc'", "only numbers allowed"),
-        ("'a' * 10**9", "only numbers allowed"),
-        ("b'x'", "only numbers allowed"),
-        ("1j", "only numbers allowed"),
-        ("True + 1", "booleans are not numbers"),
-        ("None", "only numbers allowed"),
-        ("(-8) ** (1/3)", "not a real number"),
-        # Operators that are not arithmetic.
-        ("1 << 5", "unsupported operator '<<'"),
-        ("256 >> 2", "unsupported operator '>>'"),
-        ("6 & 3", "unsupported operator '&'"),
-        ("6 | 3", "unsupported operator '|'"),
-        ("~1", "unsupported operator '~'"),
-        ("not 1", "unsupported operator 'not'"),
-        # Arithmetic errors.
-        ("1 / 0", "division by zero"),
-        ("1 // 0", "division by zero"),
-        ("1 % 0", "division by zero"),
-        ("1.5 / 0.0", "division by zero"),
-        ("0 ** -1", "division by zero"),
-        ("sqrt(-1)", "math domain error"),
-        ("log(0)", "math domain error"),
-        ("acos(2)", "math domain error"),
-        ("exp(1000)", "numeric overflow"),
-        ("1e308 * 10", "numeric overflow"),
-        ("10.0 ** 400", "numeric overflow"),
-        ("10**400 / 3", "numeric overflow"),
-        ("hypot(10**400, 1)", "numeric overflow"),
-        ("1e999", "number too large"),
-        # Expensive work, refused before it starts.
-        ("9**9**9", "integer result too large (limit is 10000 bits)"),
-        ("10**10**10", "integer result too large (limit is 10000 bits)"),
-        ("2**10000", "integer result too large (limit is 10000 bits)"),
-        ("pow(7, 10**6)", "integer result too large (limit is 10000 bits)"),
-        ("(2**9999) * (2**9999)", "integer result too large (limit is 10000 bits)"),
-        ("factorial(100000)", "factorial() needs an integer from 0 to 1000"),
-        ("factorial(1001)", "factorial() needs an integer from 0 to 1000"),
-        ("factorial(-1)", "factorial() needs an integer from 0 to 1000"),
-        ("factorial(2.5)", "factorial() needs integer arguments"),
-        ("comb(100000, 50000)", "comb() arguments must be at most 10000"),
-        ("perm(100000)", "perm() arguments must be at most 10000"),
-        ("perm(10000)", "integer result too large"),
-        ("round(1.5, 0.5)", "round() needs integer arguments"),
-        # Wrong arity.
-        ("sqrt(1, 2)", "sqrt() takes 1 argument (2 given)"),
-        ("log()", "log() takes 1 or 2 arguments (0 given)"),
-        ("atan2(1)", "atan2() takes 2 arguments (1 given)"),
-        ("max()", "max() takes at least 1 arguments (0 given)"),
-        # Size limits.
-        ("1" + " + 1" * 200, "expression too complex"),
-        ("-" * 60 + "1", "expression nested too deeply"),
-        ("sqrt(" * 60 + "1" + ")" * 60, "expression nested too deeply"),
-        ("(" * 300 + "1" + ")" * 300, "invalid expression"),
-        ("1" * 1001, "expression too long: 1001 characters (limit is 1000)"),
-        ("'" + "a" * 5000 + "'", "expression too long"),
-    ],
-)
-def test_calculator_refuses(expression: str, message: str) -> None:
-    with pytest.raises(CalculatorError) as caught:
-        evaluate(expression)
-    assert message in str(caught.value)
-
-
-def test_calculator_refuses_non_strings() -> None:
-    with pytest.raises(CalculatorError, match="expression must be a string"):
-        evaluate(12)  # type: ignore[arg-type]
-
-
-def test_calculator_error_is_a_value_error() -> None:
-    assert issubclass(CalculatorError, ValueError)
-
-
-@pytest.mark.parametrize(
-    ("value", "expected"),
-    [
-        (12, "12"),
-        (12.0, "12"),
-        (-0.0, "0"),
-        (1.5, "1.5"),
-        (1e15, "1000000000000000.0"),
-        (999999999999999.0, "999999999999999"),
-        (2**0.5, "1.4142135623730951"),
-    ],
-)
-def test_format_number(value: float, expected: str) -> None:
-    assert format_number(value) == expected
-
-
-@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
-def test_format_number_refuses_non_finite(value: float) -> None:
-    with pytest.raises(ValueError, match="not a finite number"):
-        format_number(value)
-
-
-def test_calculator_tool_description() -> None:
-    tools = builtin_tools()
-    assert len(tools) == 1 and isinstance(tools[0], Calculator)
-    calculator = tools[0]
-    assert calculator.name == "calculator"
-    schema = calculator.input_schema
-    assert schema["type"] == "object"
-    assert schema["required"] == ["expression"]
-    assert schema["properties"]["expression"]["type"] == "string"
-    assert "sqrt" in schema["properties"]["expression"]["description"]
-
-
-async def test_calculator_through_the_executor() -> None:
-    executor = ToolExecutor(builtin_tools())
-    outcome = await executor.run("calculator", "tu_1", {"expression": "sqrt(144)"})
-    assert outcome == ToolOutcome(
-        tool="calculator",
-        tool_use_id="tu_1",
-        input={"expression": "sqrt(144)"},
-        result="12",
-        is_error=False,
-        duration_ms=outcome.duration_ms,
-    )
-    assert outcome.duration_ms >= 0
-
-
-async def test_calculator_errors_become_error_outcomes() -> None:
-    executor = ToolExecutor(builtin_tools())
-    outcome = await executor.run("calculator", "tu_1", {"expression": "9**9**9"})
-    assert outcome.is_error
-    assert outcome.result == (
-        "Tool 'calculator' failed: CalculatorError: integer result too large (limit is 10000 bits)"
-    )
-
-
-@pytest.mark.parametrize("tool_input", [{}, {"expression": 12}, {"expr": "1+1"}])
-async def test_calculator_needs_an_expression_string(tool_input: dict[str, Any]) -> None:
-    outcome = await ToolExecutor(builtin_tools()).run("calculator", "tu_1", tool_input)
-    assert outcome.is_error
-    assert outcome.result == ("Tool 'calculator' failed: CalculatorError: input needs an 'expression' string")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -692,3 +440,66 @@ async def test_stopping_run_all_early_cancels_the_rest() -> None:
             await started[0].wait()
             break
     assert cancelled[0].is_set()
+
+
+# ---------------------------------------------------------------------------------------------
+# Output truncation, for every kind of tool
+# ---------------------------------------------------------------------------------------------
+
+
+class RemoteTool(Tool):
+    """Stands for an MCP or AWS tool: a Tool subclass, offered through a ToolSource."""
+
+    name = "remote"
+    description = "returns a long text"
+    input_schema = OBJECT_SCHEMA
+
+    async def call(self, input: dict[str, Any]) -> str:
+        return "r" * 30
+
+
+class Source:
+    def __init__(self, tools: Iterable[Tool]) -> None:
+        self._tools = list(tools)
+
+    def tools(self) -> Sequence[Tool]:
+        return self._tools
+
+
+async def test_every_tools_output_is_truncated() -> None:
+    async def long_async(_input: dict[str, Any]) -> str:
+        return "a" * 30
+
+    def long_error(_input: dict[str, Any]) -> str:
+        raise RuntimeError("e" * 30)
+
+    executor = ToolExecutor(
+        [
+            FunctionTool("sync", "", OBJECT_SCHEMA, lambda _input: "s" * 30),
+            FunctionTool("async", "", OBJECT_SCHEMA, long_async),
+            FunctionTool("fails", "", OBJECT_SCHEMA, long_error),
+            FunctionTool("number", "", OBJECT_SCHEMA, lambda _input: 10**25),
+        ],
+        max_result_chars=20,
+    )
+    executor.add_source(Source([RemoteTool()]))
+    for name, first in [("sync", "s" * 20), ("async", "a" * 20), ("remote", "r" * 20)]:
+        outcome = await executor.run(name, "tu", {})
+        assert outcome.result == first + "\n[truncated: 10 of 30 characters omitted]"
+        assert not outcome.is_error
+    failed = await executor.run("fails", "tu", {})
+    assert failed.is_error  # "Tool 'fails' failed: RuntimeError: eee...", 65 characters
+    assert failed.result == "Tool 'fails' failed:\n[truncated: 45 of 65 characters omitted]"
+    number = await executor.run("number", "tu", {})
+    assert number.result == "1" + "0" * 19 + "\n[truncated: 6 of 26 characters omitted]"
+
+
+async def test_output_at_the_limit_is_whole() -> None:
+    executor = ToolExecutor(
+        [FunctionTool("fits", "", OBJECT_SCHEMA, lambda _input: "x" * 20)], max_result_chars=20
+    )
+    assert (await executor.run("fits", "tu", {})).result == "x" * 20
+
+
+def test_default_output_limit() -> None:
+    assert ToolExecutor().max_result_chars == DEFAULT_MAX_RESULT_CHARS == 20_000

@@ -9,6 +9,8 @@ Load with ``pytest_plugins = ["tests.support.fixtures"]`` (in the top conftest o
   afterwards.
 - ``service_process``: ``await service_process(env)`` starts ``python -m service`` and returns
   the :class:`ServiceProcess` once it listens; every one still running is terminated afterwards.
+- ``pools``: ``pools(WorkerPool(...))`` or ``pools(Calculator(...))`` returns its argument and
+  closes it after the test, so no worker process outlives the test.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from uuid import uuid4
 
 import pytest
 
+from service.sandbox import WorkerPool
 from tests.support.instances import EnvValue, ServiceFactory, ServiceProcess
 from tests.support.redis_server import (
     RedisServer,
@@ -71,3 +74,17 @@ async def service_process() -> AsyncIterator[ServiceFactory]:
 
     yield start
     await asyncio.gather(*(process.aterminate() for process in started))
+
+
+@pytest.fixture
+async def pools() -> Any:
+    """Make pools and calculators that are closed after the test, so no worker outlives it."""
+    made: list[Any] = []
+
+    def track(thing: Any) -> Any:
+        made.append(thing)
+        return thing
+
+    yield track
+    for thing in made:
+        await (thing.close() if isinstance(thing, WorkerPool) else thing.aclose())
