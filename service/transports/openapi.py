@@ -6,7 +6,7 @@ configured length limit); responses, parameters and the SSE streams are describe
 next to the contracts in ``../shared/DESIGN.md`` they follow. The WebSocket (``/ws``) and MCP
 (``/mcp``) faces are not plain HTTP operations and are only described in the text.
 
-The document is public (like ``/healthz``): it holds nothing secret, only what the README says.
+The document is public (like ``/healthz``): it holds nothing secret, only what docs/api.md says.
 It is built once per application, from that application's settings.
 """
 
@@ -241,7 +241,7 @@ def _resource_schemas() -> dict[str, Any]:
                 "An event in the **session** dialect: `processing`, `status_change`, "
                 "`assistant_text`, `reasoning_text`, `tool_use_start`, `tool_input_delta`, "
                 "`tool_executing`, `tool_use`, `tool_result`, `usage`, `plan`, `step`, `done`, "
-                "`error` (see the README for each type's fields)."
+                "`error` (see docs/api.md for each type's fields)."
             ),
             "required": ["id", "type", "ts"],
             "properties": {
