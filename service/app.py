@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -22,31 +22,30 @@ from service.config import Settings, load_settings
 from service.core.log import MemoryEventLog
 from service.core.runs import RunManager
 from service.core.sessions import MemorySessionStore, SessionStore
-from service.errors import ProviderError
+from service.errors import ProviderError, StoreUnavailable
 from service.logs import quiet_malformed_requests
 from service.metrics import Metrics
 from service.monitor import LoopLagMonitor
 from service.providers.base import ModelProvider
-from service.transports.quotas import QUOTAS, Quotas
+from service.transports import auth, http, mcp, openapi, sse, web_client, ws
+from service.transports import sessions as session_routes
+from service.transports.context import CONTEXT, Context, Health
+from service.transports.middleware import error_middleware
+from service.transports.quotas import QUOTAS, Quotas, quota_middleware
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class Services:
-    """Everything a transport needs, in one typed place."""
+@dataclass(kw_only=True)
+class Services(Context):
+    """The context the transports see, plus what only the app wires: the agent, its tools, the
+    provider (and the embedded emulator), and the Redis backend."""
 
-    settings: Settings
-    sessions: SessionStore
-    runs: RunManager
     agent: AgentLoop
     tools: ToolExecutor
-    monitor: LoopLagMonitor
     provider: ModelProvider | None = None
     emulator: Any = None
     backend: Any = None  # the Redis backend when AGENT_REDIS_URL is set
-    metrics: Metrics = field(default_factory=Metrics)
-    quotas: Quotas = field(default_factory=Quotas)  # per API key; unlimited unless configured
 
 
 SERVICES = web.AppKey("services", Services)
@@ -108,6 +107,35 @@ async def _expire_sessions(sessions: SessionStore, ttl_s: float) -> None:
             log.info("expired %d idle session(s)", len(expired))
 
 
+def _store_probe(services: Services) -> Any:
+    """The ``store`` section of ``/healthz``: where sessions live, and how many there are; on
+    Redis, counting them is the probe (one round trip, within the time health gives it)."""
+    sessions, backend = services.sessions, services.backend
+
+    async def probe(timeout: float) -> Health:
+        if backend is None:
+            return Health({"kind": "memory", "connected": True, "sessions": await sessions.count()})
+        section: dict[str, Any] = {"kind": "redis", "instance_id": backend.instance_id, "connected": False}
+        try:
+            async with asyncio.timeout(timeout):
+                section["sessions"] = await sessions.count()
+        except (StoreUnavailable, TimeoutError):
+            return Health(section, healthy=False)  # without it no new work can be taken
+        section["connected"] = True
+        return Health(section)
+
+    return probe
+
+
+def _mcp_probe(tools: Any) -> Any:
+    """The ``mcp`` section of ``/healthz``: each server's state; one being down is no failure."""
+
+    async def probe(timeout: float) -> Health:
+        return Health(tools.status())
+
+    return probe
+
+
 def _track_state(services: Services) -> None:
     """The gauges read at each scrape: runs in flight, and what this instance holds in memory."""
     metrics, runs = services.metrics, services.runs
@@ -139,10 +167,6 @@ def create_app(
     provider: ModelProvider | None = None,
 ) -> web.Application:
     """Build the application; ``tools`` are offered beside the built-in ones."""
-    from service.transports import auth, http, mcp, openapi, sse, web_client, ws
-    from service.transports import sessions as session_routes
-    from service.transports.quotas import quota_middleware
-
     settings = settings or load_settings()
     quiet_malformed_requests()
     from service.agent.aws_tools import aws_tools
@@ -209,9 +233,11 @@ def create_app(
 
     app = web.Application(
         client_max_size=settings.max_request_bytes,
-        middlewares=[http.error_middleware, auth.access_middleware, quota_middleware],
+        middlewares=[error_middleware, auth.access_middleware, quota_middleware],
     )
     app[SERVICES] = services
+    app[CONTEXT] = services
+    services.health["store"] = _store_probe(services)
     app[QUOTAS] = quotas
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
@@ -244,6 +270,7 @@ def create_app(
             )
             executor.add_source(mcp_tools)
             await mcp_tools.start()
+            services.health["mcp"] = _mcp_probe(mcp_tools)
         if backend is not None:
             await backend.start(services.runs)
         reaper = asyncio.create_task(

@@ -51,7 +51,6 @@ __all__ = [
     "McpToolSource",
     "McpUnavailable",
     "find_mcp_tools",
-    "mcp_status",
     "result_text",
 ]
 
@@ -433,9 +432,3 @@ def find_mcp_tools(executor: ToolExecutor) -> McpToolSet | None:
         if isinstance(source, McpToolSet):
             return source
     return None
-
-
-def mcp_status(executor: ToolExecutor) -> list[dict[str, Any]]:
-    """The ``/healthz`` ``mcp`` section: one entry per configured server (empty without any)."""
-    tools = find_mcp_tools(executor)
-    return tools.status() if tools is not None else []

@@ -1,257 +1,36 @@
-"""JSON over HTTP: request bodies, error replies, ``POST /agent/run`` and ``GET /healthz``.
-
-Every error body is JSON ``{"error": "..."}`` with a fitting status; a client's mistake is
-never a 500 (see the error middleware).
-"""
+"""JSON routes that are not about one session: ``POST /agent/run``, ``GET /healthz`` and
+``GET /metrics``."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
-import logging
-from collections.abc import Awaitable, Callable, Iterator
-from typing import Annotated, Any, TypeVar
+from typing import Any
 
 from aiohttp import web
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from service import jsonsafe
-from service.app import SERVICES, Services
 from service.core.events import Event, RunDone, RunError, TextDelta
 from service.core.sessions import Session
-from service.errors import (
-    EventsPurged,
-    Overloaded,
-    RunInProgress,
-    SessionLimitReached,
-    SessionNotFound,
-    StoreUnavailable,
-    StreamLimitReached,
-)
-from service.logs import session_id_var
 from service.transports import dialects
 from service.transports.auth import owner_of
+from service.transports.context import context_of
 from service.transports.follow import Follower, Stop
+from service.transports.inputs import AgentRequest, check_length, read_json
+from service.transports.middleware import error_response, json_error
 
-log = logging.getLogger(__name__)
-
-Model = TypeVar("Model", bound=BaseModel)
-
-
-def _not_blank(value: str) -> str:
-    if not value.strip():
-        raise ValueError("must not be blank")
-    return value
-
-
-Text = Annotated[str, Field(min_length=1), AfterValidator(_not_blank)]
-
-
-def _json_integer(value: object) -> object:
-    # pydantic's lax mode would take ``true`` and ``"3"`` as integers; JSON Schema's "integer"
-    # (and so the OpenAPI document) takes neither, but does take ``3.0``.
-    if isinstance(value, bool | str):
-        raise ValueError("must be an integer")
-    return value
-
-
-MaxTurns = Annotated[
-    Annotated[int, Field(ge=1, le=100)] | None, BeforeValidator(_json_integer), Field(default=None)
-]
-
-
-class AgentRequest(BaseModel):
-    """Body of ``POST /agent/stream`` and ``POST /agent/run``."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    message: Text
-    max_turns: MaxTurns = None
-
-
-def error_response(status: int, message: str, **extra: Any) -> web.Response:
-    """A JSON error reply."""
-    return web.json_response({"error": message, **extra}, status=status)
-
-
-def json_error(status: int, message: str, **extra: Any) -> web.HTTPException:
-    """An HTTP exception carrying a JSON error body, to raise from a handler."""
-    cls = web.HTTPException
-    for candidate in (
-        web.HTTPBadRequest,
-        web.HTTPUnauthorized,
-        web.HTTPForbidden,
-        web.HTTPNotFound,
-        web.HTTPConflict,
-        web.HTTPGone,
-        web.HTTPRequestEntityTooLarge,
-        web.HTTPUnprocessableEntity,
-        web.HTTPServiceUnavailable,
-    ):
-        if candidate.status_code == status:
-            cls = candidate
-            break
-    kwargs: dict[str, Any] = {
-        "text": json.dumps({"error": message, **extra}),
-        "content_type": "application/json",
-    }
-    if cls is web.HTTPRequestEntityTooLarge:
-        return web.HTTPRequestEntityTooLarge(max_size=extra.get("max_bytes", 0), actual_size=0, **kwargs)
-    return cls(**kwargs)
-
-
-_DOMAIN_ERRORS: dict[type[Exception], tuple[int, str]] = {
-    SessionNotFound: (404, "Session not found"),
-    RunInProgress: (409, "a query is already running in this session"),
-    Overloaded: (503, "the service is at its limit of concurrent queries; try again shortly"),
-    StreamLimitReached: (503, "the service is at its limit of open streams; try again shortly"),
-    SessionLimitReached: (503, "the service holds as many sessions as it may; delete one or try again later"),
-    StoreUnavailable: (503, "session storage (Redis) is unavailable; try again shortly"),
-}
-
-
-@web.middleware
-async def error_middleware(
-    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
-    """Give every error a JSON body and the right status; log only the server's own faults."""
-    session_id = request.match_info.get("session_id")
-    if session_id:
-        session_id_var.set(session_id)  # on every log line while this request is served
-    try:
-        return await _unless_streaming(request, handler)
-    except web.HTTPException as exc:
-        if exc.content_type == "application/json" or exc.status < 400:
-            raise
-        if isinstance(exc, web.HTTPRequestEntityTooLarge):
-            message = "request body too large"
-        else:
-            message = exc.reason
-        response = error_response(exc.status, message)
-        if "Allow" in exc.headers:  # a 405 says which methods the path takes (RFC 9110)
-            response.headers["Allow"] = exc.headers["Allow"]
-        return response
-    except EventsPurged as exc:
-        return error_response(410, str(exc), oldest_id=exc.oldest_id)
-    except tuple(_DOMAIN_ERRORS) as exc:
-        status, message = _DOMAIN_ERRORS[type(exc)]
-        extra = {"code": "store_unavailable"} if isinstance(exc, StoreUnavailable) else {}
-        response = error_response(status, message, **extra)
-        if status == 503:
-            response.headers["Retry-After"] = "1"
-        return response
-    except ConnectionResetError:
-        # The client went away before or while we answered: nobody is left to tell, and it is no
-        # fault of ours to log. aiohttp drops this reply quietly when it cannot be written.
-        return web.Response(status=499, reason="Client Closed Request")
-    except Exception:
-        log.exception("unhandled error on %s %s", request.method, request.path)
-        return error_response(500, "internal server error")
-
-
-# The stream response a handler has started, if any: once its headers are out, an error can no
-# longer be answered with a response of its own.
-OPEN_STREAM = web.RequestKey("open_stream", web.StreamResponse)
-
-
-async def _unless_streaming(
-    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
-    """Run the handler; an error raised after its stream started ends that stream instead.
-
-    A second response written into a started body would corrupt it (a status line inside the
-    chunked encoding), so the stream is ended cleanly and the fault logged on one line. Each
-    streaming route tells its client why it ended before it gets here (see ``follow.py``).
-    """
-    try:
-        return await handler(request)
-    except Exception as exc:
-        stream = request.get(OPEN_STREAM)
-        if stream is None or not stream.prepared:
-            raise
-        if not isinstance(exc, ConnectionResetError):  # a client gone is nobody's fault
-            log.warning(
-                "%s %s: %s ended the stream after it started: %s",
-                request.method,
-                request.path,
-                type(exc).__name__,
-                exc,
-            )
-        return stream
-
-
-async def read_object(request: web.Request, *, allow_empty: bool = False) -> dict[str, Any]:
-    """The body as a JSON object: 413 too large, 400 malformed or empty, 422 not an object."""
-    services = request.app[SERVICES]
-    limit = services.settings.max_request_bytes
-    if request.content_length is not None and request.content_length > limit:
-        raise json_error(413, f"request body too large (limit {limit} bytes)", max_bytes=limit)
-    raw = await request.read()  # aiohttp enforces client_max_size while reading a chunked body
-    if not raw.strip():
-        if allow_empty:
-            return {}
-        raise json_error(400, "request body is empty; send a JSON object")
-    try:
-        data = jsonsafe.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise json_error(400, f"malformed JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise json_error(422, "request body must be a JSON object")
-    return data
-
-
-async def read_json(request: web.Request, model: type[Model]) -> Model:
-    """Parse the body as ``model``: 413 too large, 400 malformed JSON, 422 wrong shape."""
-    data = await read_object(request)
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        details = [
-            {"field": ".".join(str(part) for part in item["loc"]) or "body", "message": item["msg"]}
-            for item in exc.errors(include_url=False)
-        ]
-        summary = "; ".join(f"{item['field']}: {item['message']}" for item in details)
-        raise json_error(422, f"invalid request: {summary}", details=details) from None
-
-
-def check_length(services: Services, text: str, field: str) -> None:
-    """422 when a message is longer than ``AGENT_MAX_MESSAGE_CHARS``."""
-    limit = services.settings.max_message_chars
-    if len(text) > limit:
-        raise json_error(422, f"invalid request: {field}: longer than {limit} characters")
-
-
-async def start_ephemeral(services: Services, body: AgentRequest, owner: str = "") -> Session:
-    """A short-lived session with the query started on it."""
-    check_length(services, body.message, "message")
-    session = await services.sessions.create(ephemeral=True, owner=owner)
-    try:
-        await services.runs.start(session, body.message, body.max_turns)
-    except BaseException:
-        await services.sessions.delete(session.id)
-        raise
-    return session
-
-
-async def end_ephemeral(services: Services, session: Session) -> None:
-    """Cancel the short-lived session's query if it still runs (its client left), then forget it."""
-    await services.runs.cancel(session.id)
-    try:
-        await services.sessions.delete(session.id)
-    except SessionNotFound:
-        pass
+# Each health probe's time: /healthz answers within a second whatever a dependency does.
+HEALTH_PROBE_S = 0.4
 
 
 async def agent_run(request: web.Request) -> web.Response:
     """``POST /agent/run``: the same run as ``/agent/stream``, collected into one JSON reply."""
-    services = request.app[SERVICES]
+    context = context_of(request)
     body = await read_json(request, AgentRequest)
-    session = await start_ephemeral(services, body, owner_of(request))
+    check_length(context.settings, body.message, "message")
+    session = await context.start_ephemeral(body.message, body.max_turns, owner_of(request))
     try:
         text, terminal = await _collect(session)
     finally:
-        await asyncio.shield(end_ephemeral(services, session))
+        await asyncio.shield(context.end_ephemeral(session.id))
     if isinstance(terminal, RunDone):
         reply = dialects.agent(terminal) or {}
         reply.pop("type", None)
@@ -296,39 +75,27 @@ async def _collect(session: Session) -> tuple[str, Event | RunError | None]:
 
 
 async def healthz(request: web.Request) -> web.Response:
-    """``GET /healthz``: 200 while serving, with a few numbers worth watching."""
-    services = request.app[SERVICES]
+    """``GET /healthz``: 200 while serving, with a few numbers worth watching; 503 ``degraded``
+    while a dependency the service cannot work without (the shared store) does not answer."""
+    context = context_of(request)
     try:
         since = float(request.query["lag_since"]) if "lag_since" in request.query else None
     except ValueError:
         raise json_error(400, "lag_since must be a number (a time.monotonic() reading)") from None
-    mcp: list[dict[str, Any]] = []
-    if services.settings.mcp_servers:
-        # Imported only when configured: the MCP SDK is a heavy import for a health probe.
-        from service.agent.mcp import mcp_status
-
-        mcp = mcp_status(services.tools)
-    store: dict[str, Any] = {"kind": "memory", "connected": True}
-    sessions: int | None = None
-    backend = services.backend
-    if backend is not None:
-        store = {"kind": "redis", "instance_id": backend.instance_id, "connected": await backend.ping()}
-    try:
-        sessions = await services.sessions.count()
-    except StoreUnavailable:
-        store["connected"] = False
-    healthy = store["connected"]
+    sections, healthy = await context.probe(HEALTH_PROBE_S)
+    store: dict[str, Any] = dict(sections.get("store") or {"kind": "memory", "connected": True})
+    sessions = store.pop("sessions", None)
     return web.json_response(
         {
             "status": "ok" if healthy else "degraded",
-            "provider": services.settings.provider,
-            "runs_active": services.runs.active,
+            "provider": context.settings.provider,
+            "runs_active": context.runs.active,
             "sessions": sessions,
             # Redis when the service is scaled out; without it no new work can be taken (503).
             "store": store,
-            "loop_lag_ms": services.monitor.summary(since),
+            "loop_lag_ms": context.monitor.summary(since),
             # Per MCP server: connected or not, and why; a server being down is not a failure.
-            "mcp": mcp,
+            "mcp": sections.get("mcp", []),
         },
         status=200 if healthy else 503,
     )
@@ -339,26 +106,8 @@ async def metrics(request: web.Request) -> web.Response:
     key as a bearer token, like any client."""
     from service.metrics import CONTENT_TYPE
 
-    body = request.app[SERVICES].metrics.render()
+    body = context_of(request).metrics.render()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
-
-
-@contextlib.contextmanager
-def open_connection(services: Services, transport: str, owner: str | None = None) -> Iterator[None]:
-    """Count a streaming connection for as long as the block runs; with ``owner``, it also holds
-    one of that owner's stream slots (``AGENT_QUOTA_STREAMS``): entering raises
-    :class:`~service.errors.QuotaExceeded` (a 429) when none is free, so enter before the
-    response starts."""
-    if owner is not None:
-        services.quotas.acquire_stream(owner)
-    gauge = services.metrics.connections.labels(transport)
-    gauge.inc()
-    try:
-        yield
-    finally:
-        gauge.dec()
-        if owner is not None:
-            services.quotas.release_stream(owner)
 
 
 def add_routes(app: web.Application) -> None:

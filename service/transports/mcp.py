@@ -50,15 +50,15 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from service import jsonsafe
-from service.app import SERVICES, Services
 from service.core.log import LogEntry
 from service.core.sessions import Session
 from service.errors import SessionLimitReached, SessionNotFound, StoreUnavailable
 from service.transports import dialects
 from service.transports.auth import owner_of
+from service.transports.context import CONTEXT, Context, context_of
 from service.transports.follow import Ending
-from service.transports.http import error_response, open_connection
 from service.transports.mcp_server import build_server
+from service.transports.middleware import error_response
 from service.transports.pump import Outbox, Pumps, TooSlow, pump, write_until_closed
 from service.transports.sse import event_stream, write_blocks
 
@@ -211,7 +211,7 @@ class McpSession:
 
     id: str
     owner: str
-    services: Services
+    context: Context
     server: Server[Any]
     level: str | None = None
     followed: dict[str, int] = field(default_factory=dict)  # agent session -> last id sent
@@ -272,9 +272,9 @@ class McpSession:
 class McpSessions:
     """This instance's MCP sessions, bounded in number and idle time."""
 
-    def __init__(self, services: Services) -> None:
-        self.services = services
-        settings = services.settings
+    def __init__(self, context: Context) -> None:
+        self.context = context
+        settings = context.settings
         self.max_sessions = settings.mcp_max_sessions
         self.ttl_s = settings.mcp_session_ttl_s
         self.server = build_server(
@@ -291,7 +291,7 @@ class McpSessions:
             self.expire()
             if len(self._sessions) >= self.max_sessions:
                 raise SessionLimitReached("MCP sessions")
-        session = McpSession(secrets.token_urlsafe(24), owner, self.services, self.server)
+        session = McpSession(secrets.token_urlsafe(24), owner, self.context, self.server)
         self._sessions[session.id] = session
         return session
 
@@ -352,9 +352,7 @@ class McpStream:
     def __init__(self, mcp: McpSession) -> None:
         self.mcp = mcp
         # Bounded in batches; a client that stops reading meets the SSE send timeout first.
-        self.outbox: Outbox[Item] = Outbox(
-            QUEUE_BATCHES, put_timeout=mcp.services.settings.sse_send_timeout_s
-        )
+        self.outbox: Outbox[Item] = Outbox(QUEUE_BATCHES, put_timeout=mcp.context.settings.sse_send_timeout_s)
         self.pumps = Pumps("mcp-pump")
 
     @property
@@ -387,7 +385,7 @@ class McpStream:
         mcp = self.mcp
         try:
             try:
-                session = await mcp.services.sessions.get_owned(session_id, mcp.owner)
+                session = await mcp.context.sessions.get_owned(session_id, mcp.owner)
             except SessionNotFound:
                 await self.outbox.put((session_id, _Gone("the session no longer exists")))
                 return
@@ -575,21 +573,21 @@ async def _answer(request: web.Request, mcp: McpSession, message: types.JSONRPCR
     if not _wants_stream(request, message):
         reply = await run()
         return web.json_response(reply, headers=headers, dumps=dialects.dumps)
-    services = request.app[SERVICES]
-    async with event_stream(request, services, headers=headers, allow_all_methods=True) as response:
-        return await _answer_streaming(request, services, response, mcp, exchange, message, run)
+    context = context_of(request)
+    async with event_stream(request, context, headers=headers, allow_all_methods=True) as response:
+        return await _answer_streaming(request, context, response, mcp, exchange, message, run)
 
 
 async def _answer_streaming(
     request: web.Request,
-    services: Services,
+    context: Context,
     response: web.StreamResponse,
     mcp: McpSession,
     exchange: Exchange,
     message: types.JSONRPCRequest,
     run: Callable[[], Awaitable[dict[str, Any]]],
 ) -> web.StreamResponse:
-    timeout = services.settings.sse_send_timeout_s
+    timeout = context.settings.sse_send_timeout_s
 
     async def sink(data: str) -> None:
         await write_blocks(request, response, dialects.sse_block(data).encode(), timeout)
@@ -641,25 +639,25 @@ async def get(request: web.Request) -> web.StreamResponse:
         for session_id, event_id in positions.items():
             if session_id in mcp.followed:
                 mcp.followed[session_id] = event_id
-    services = request.app[SERVICES]
+    context = context_of(request)
     stream = McpStream(mcp)
     mcp.attach(stream)
     try:
-        with open_connection(services, "mcp", owner_of(request)):
-            async with event_stream(request, services, headers={SESSION_HEADER: mcp.id}) as response:
-                await _stream(request, services, response, stream)
+        with context.stream_slot("mcp", owner_of(request)):
+            async with event_stream(request, context, headers={SESSION_HEADER: mcp.id}) as response:
+                await _stream(request, context, response, stream)
             return response
     finally:
         stream.close()
         mcp.detach(stream)
 
 
-async def _stream(request: web.Request, services: Services, response: Any, stream: McpStream) -> None:
-    settings = services.settings
+async def _stream(request: web.Request, context: Context, response: Any, stream: McpStream) -> None:
+    settings = context.settings
     mcp = stream.mcp
     # A priming event: the client has an id to resume from before any message.
     await response.send("", id=format_cursor(mcp.followed) or None, retry=settings.sse_retry_ms)
-    delivered = services.metrics.events_delivered.labels("mcp")
+    delivered = context.metrics.events_delivered.labels("mcp")
     stream.start_all()
 
     async def write(items: list[Item]) -> bool:
@@ -683,10 +681,10 @@ async def delete(request: web.Request) -> web.Response:
 
 def add_routes(app: web.Application) -> None:
     """Register ``/mcp`` and the MCP sessions' lifetime."""
-    services = app[SERVICES]
-    registry = McpSessions(services)
+    context = app[CONTEXT]
+    registry = McpSessions(context)
     app[MCP_SESSIONS] = registry
-    services.metrics.track(
+    context.metrics.track(
         "agentstream_mcp_sessions", "MCP sessions held by this instance.", lambda: len(registry)
     )
 

@@ -4,7 +4,7 @@ The SDK handles the protocol (``initialize`` negotiation, request validation, ``
 method-not-found, result shapes); this module gives it four tools over the same core the HTTP
 and WebSocket transports use, and the ``logging/setLevel`` handler that turns on event
 notifications. The HTTP side (:mod:`service.transports.mcp`) hands every request's aiohttp
-``Request`` to the handlers as ``ctx.request``; from it they take the services, the caller's
+``Request`` to the handlers as ``ctx.request``; from it they take the context, the caller's
 owner id and the MCP session.
 
 Tools (seed 004):
@@ -31,7 +31,6 @@ from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from service.app import SERVICES, Services
 from service.core.events import RunDone, RunError, TextDelta, is_terminal
 from service.core.sessions import RUNNING, Session
 from service.errors import (
@@ -44,10 +43,11 @@ from service.errors import (
 )
 from service.transports import dialects
 from service.transports.auth import owner_of
+from service.transports.context import Context, context_of
 from service.transports.follow import Follower, Stop
-from service.transports.http import MaxTurns, Text
+from service.transports.inputs import MaxTurns, Text
 from service.transports.quotas import quota_fields
-from service.transports.sessions import IndexAhead, poll
+from service.transports.reading import IndexAhead, poll
 
 
 class Follows(Protocol):
@@ -163,29 +163,29 @@ _DOMAIN_MESSAGES: dict[type[Exception], str] = {
 
 
 class Tools:
-    """The four tools on one request's services, owner and MCP session."""
+    """The four tools on one request's context, owner and MCP session."""
 
     def __init__(self, request: web.Request, mcp_session: Follows) -> None:
         self.request = request
-        self.services: Services = request.app[SERVICES]
+        self.context: Context = context_of(request)
         self.owner = owner_of(request)
         self.mcp_session = mcp_session
 
     async def _session(self, session_id: str) -> Session:
-        return await self.services.sessions.get_owned(session_id, self.owner)
+        return await self.context.sessions.get_owned(session_id, self.owner)
 
     async def session_message(self, args: MessageArgs, progress: Progress) -> dict[str, Any]:
-        services = self.services
-        if len(args.content) > services.settings.max_message_chars:
-            raise ToolFailed(f"content is longer than {services.settings.max_message_chars} characters")
+        context = self.context
+        if len(args.content) > context.settings.max_message_chars:
+            raise ToolFailed(f"content is longer than {context.settings.max_message_chars} characters")
         if args.session_id is None:
-            session = await services.sessions.create(owner=self.owner)
+            session = await context.sessions.create(owner=self.owner)
         else:
             session = await self._session(args.session_id)
         after = await session.log.last_id()
         # Followed before the query starts, so the stream misses none of its events.
         self.mcp_session.follow(session, after)
-        run = await services.runs.start(session, args.content, args.max_turns)
+        run = await context.runs.start(session, args.content, args.max_turns)
         reply: dict[str, Any] = {
             "session_id": session.id,
             "status": RUNNING,
@@ -201,10 +201,10 @@ class Tools:
     async def session_events(self, args: EventsArgs) -> dict[str, Any]:
         session = await self._session(args.session_id)
         try:
-            body = await poll(self.services, session, args.since_index, args.limit)
+            body = await poll(self.context, session, args.since_index, args.limit)
         except IndexAhead as exc:
             raise ToolFailed(str(exc)) from None
-        self.services.metrics.events_delivered.labels("mcp").inc(len(body["events"]))
+        self.context.metrics.events_delivered.labels("mcp").inc(len(body["events"]))
         return {"session_id": session.id, **body}
 
     async def session_status(self, args: SessionArgs) -> dict[str, Any]:
@@ -223,7 +223,7 @@ class Tools:
 
     async def session_cancel(self, args: SessionArgs) -> dict[str, Any]:
         session = await self._session(args.session_id)
-        cancelled = await self.services.runs.cancel(session.id)
+        cancelled = await self.context.runs.cancel(session.id)
         return {"session_id": session.id, "cancelled": cancelled, "status": session.status}
 
 

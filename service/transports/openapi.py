@@ -18,10 +18,9 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel
 
-from service.app import SERVICES
 from service.config import Settings
-from service.transports.http import AgentRequest
-from service.transports.sessions import MessageRequest
+from service.transports.context import CONTEXT
+from service.transports.inputs import AgentRequest, MessageRequest
 from service.transports.sse import SELFTEST_MAX_INTERVAL_MS, SELFTEST_MAX_TICKS
 
 SPEC_KEY = web.AppKey("openapi_spec", bytes)
@@ -903,5 +902,5 @@ async def openapi_json(request: web.Request) -> web.Response:
 
 def add_routes(app: web.Application) -> None:
     """Register ``GET /openapi.json``, its document built now from the application's settings."""
-    app[SPEC_KEY] = json.dumps(build_spec(app[SERVICES].settings), indent=1).encode()
+    app[SPEC_KEY] = json.dumps(build_spec(app[CONTEXT].settings), indent=1).encode()
     app.router.add_get("/openapi.json", openapi_json)

@@ -22,24 +22,16 @@ from typing import Any
 from aiohttp import web
 from aiohttp_sse import EventSourceResponse, sse_response
 
-from service.app import SERVICES, Services
 from service.core.events import StatusChange
 from service.core.sessions import RUNNING, Session
 from service.errors import EventsPurged, StoreUnavailable
 from service.transports import dialects
 from service.transports.auth import owner_of
+from service.transports.context import CONTEXT, Context, context_of, session_of
 from service.transports.follow import Follower, Stop
-from service.transports.http import (
-    OPEN_STREAM,
-    AgentRequest,
-    check_length,
-    end_ephemeral,
-    json_error,
-    open_connection,
-    read_json,
-    start_ephemeral,
-)
-from service.transports.sessions import decimal, int_param, purged_body, session_of
+from service.transports.inputs import AgentRequest, check_length, decimal, int_param, read_json
+from service.transports.middleware import OPEN_STREAM, json_error
+from service.transports.reading import purged_body
 
 NO_BUFFERING = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -48,11 +40,11 @@ encode = dialects.dumps
 
 @contextlib.asynccontextmanager
 async def event_stream(
-    request: web.Request, services: Services, *, headers: dict[str, str] | None = None, **kwargs: Any
+    request: web.Request, context: Context, *, headers: dict[str, str] | None = None, **kwargs: Any
 ) -> AsyncIterator[EventSourceResponse]:
     """aiohttp-sse's response with the service's ping interval, send timeout and no-buffering
     headers, registered as the request's open stream (see :data:`~service.transports.http.OPEN_STREAM`)."""
-    settings = services.settings
+    settings = context.settings
     async with sse_response(
         request,
         headers={**NO_BUFFERING, **(headers or {})},
@@ -66,25 +58,26 @@ async def event_stream(
 
 async def agent_stream(request: web.Request) -> web.StreamResponse:
     """``POST /agent/stream``: the run's events as ``data: {json}`` lines, ``done`` last."""
-    services = request.app[SERVICES]
+    context = context_of(request)
     body = await read_json(request, AgentRequest)
     owner = owner_of(request)
-    delivered = services.metrics.events_delivered.labels("sse")
+    delivered = context.metrics.events_delivered.labels("sse")
     # The stream slot first: a key at its stream quota gets its 429 before any query starts.
-    with open_connection(services, "sse", owner):
-        session = await start_ephemeral(services, body, owner)
+    with context.stream_slot("sse", owner):
+        check_length(context.settings, body.message, "message")
+        session = await context.start_ephemeral(body.message, body.max_turns, owner)
         try:
-            return await _agent_stream(request, services, session, delivered)
+            return await _agent_stream(request, context, session, delivered)
         finally:
             # Shielded: a second cancellation must not leave the run going with nobody to read it.
-            await asyncio.shield(end_ephemeral(services, session))
+            await asyncio.shield(context.end_ephemeral(session.id))
 
 
 async def _agent_stream(
-    request: web.Request, services: Services, session: Session, delivered: Any
+    request: web.Request, context: Context, session: Session, delivered: Any
 ) -> web.StreamResponse:
-    timeout = services.settings.sse_send_timeout_s
-    async with event_stream(request, services, allow_all_methods=True) as response:
+    timeout = context.settings.sse_send_timeout_s
+    async with event_stream(request, context, allow_all_methods=True) as response:
         follower = Follower(session.log, 0, stop=Stop.AT_TERMINAL)
         async with follower as batches:
             async for batch in batches:
@@ -152,7 +145,7 @@ def _last_event_id(request: web.Request) -> int | None:
 
 async def session_events(request: web.Request) -> web.StreamResponse:
     """``GET /sessions/{id}/events``: the session dialect, resumable by event id."""
-    services, session = await session_of(request)
+    context, session = await session_of(request)
     after = _last_event_id(request)
     log = session.log
     last = await log.last_id()
@@ -166,36 +159,36 @@ async def session_events(request: web.Request) -> web.StreamResponse:
         oldest = await log.first_id()
         if after < oldest - 1:
             return web.json_response(
-                await purged_body(services, session, after, oldest), status=410, dumps=dialects.dumps
+                await purged_body(context, session, after, oldest), status=410, dumps=dialects.dumps
             )
-    with open_connection(services, "sse", owner_of(request)):
-        return await _session_stream(request, services, session, after, last, running)
+    with context.stream_slot("sse", owner_of(request)):
+        return await _session_stream(request, context, session, after, last, running)
 
 
 async def _session_stream(
-    request: web.Request, services: Services, session: Session, after: int | None, last: int, running: bool
+    request: web.Request, context: Context, session: Session, after: int | None, last: int, running: bool
 ) -> web.StreamResponse:
-    async with event_stream(request, services) as response:
+    async with event_stream(request, context) as response:
         if after is None:
             # A fresh connection learns the status first (seed 002), then only what comes next.
             await response.send(
                 encode({"type": "status_change", "status": session.status}),
                 event="status_change",
-                retry=services.settings.sse_retry_ms,
+                retry=context.settings.sse_retry_ms,
             )
             if not running:
                 return response
             after = last
-            await _follow(request, response, services, session, after)
+            await _follow(request, response, context, session, after)
         else:
-            await _follow(request, response, services, session, after, retry=services.settings.sse_retry_ms)
+            await _follow(request, response, context, session, after, retry=context.settings.sse_retry_ms)
     return response
 
 
 async def _follow(
     request: web.Request,
     response: EventSourceResponse,
-    services: Services,
+    context: Context,
     session: Session,
     after: int,
     retry: int | None = None,
@@ -205,8 +198,8 @@ async def _follow(
     ``retry`` (the reconnection delay a browser should use) goes with the first frame.
     """
     log = session.log
-    settings = services.settings
-    delivered = services.metrics.events_delivered.labels("sse")
+    settings = context.settings
+    delivered = context.metrics.events_delivered.labels("sse")
     follower = Follower(log, after, stop=Stop.AT_REST, idle_timeout=settings.heartbeat_interval_s)
     # While this stream waits for its next batch, a shutdown may end it there (see _drain).
     waiting = request.app[SESSION_STREAMS]
@@ -258,7 +251,7 @@ async def _follow(
         # The server is shutting down: what the log holds for this reader, then how soon to
         # come back (to another instance); the browser reconnects with its Last-Event-ID.
         task.uncancel()
-        await _drain(request, response, services, log, follower.last_id)
+        await _drain(request, response, context, log, follower.last_id)
         return
     ending = follower.ending
     if ending is not None and ending.reason in {"purged", "store_unavailable"}:
@@ -275,9 +268,9 @@ async def _follow(
 
 
 async def _drain(
-    request: web.Request, response: EventSourceResponse, services: Services, log: Any, last_sent: int
+    request: web.Request, response: EventSourceResponse, context: Context, log: Any, last_sent: int
 ) -> None:
-    settings = services.settings
+    settings = context.settings
     try:
         async with asyncio.timeout(settings.sse_send_timeout_s):
             backlog = await log.read(last_sent, strict=False)
@@ -303,21 +296,21 @@ async def _drain_session_streams(app: web.Application) -> None:
     for task in tasks:
         task.cancel(DRAIN)
     if tasks:
-        await asyncio.wait(tasks, timeout=app[SERVICES].settings.shutdown_timeout_s)
+        await asyncio.wait(tasks, timeout=app[CONTEXT].settings.shutdown_timeout_s)
 
 
 async def steps_stream(request: web.Request) -> web.StreamResponse:
     """``GET /sessions/{id}/stream?query=``: start the query and stream its steps (seed 000)."""
-    services, session = await session_of(request)
+    context, session = await session_of(request)
     query = request.query.get("query", "")
     if not query.strip():
         raise json_error(400, "Query parameter is required")
-    check_length(services, query, "query")
+    check_length(context.settings, query, "query")
     after = await session.log.last_id()
-    delivered = services.metrics.events_delivered.labels("sse")
-    with open_connection(services, "sse", owner_of(request)):
-        await services.runs.start(session, query)  # after the stream slot: a 429 starts nothing
-        async with event_stream(request, services) as response:
+    delivered = context.metrics.events_delivered.labels("sse")
+    with context.stream_slot("sse", owner_of(request)):
+        await context.runs.start(session, query)  # after the stream slot: a 429 starts nothing
+        async with event_stream(request, context) as response:
             follower = Follower(session.log, after, stop=Stop.AT_TERMINAL)
             async with follower as batches:
                 async for batch in batches:
@@ -345,7 +338,7 @@ async def selftest_stream(request: web.Request) -> web.StreamResponse:
     compressed; a stream cut during the ``idle_ms`` pause before the last tick means something
     closes idle streams. No model, no session: it tests the path, not the service.
     """
-    services = request.app[SERVICES]
+    context = context_of(request)
     ticks = int_param(request, "ticks", minimum=1)
     ticks = 20 if ticks is None else ticks
     interval_ms = int_param(request, "interval_ms")
@@ -357,7 +350,7 @@ async def selftest_stream(request: web.Request) -> web.StreamResponse:
         raise json_error(
             400, f"interval_ms must be at most {SELFTEST_MAX_INTERVAL_MS}, idle_ms five times that"
         )
-    async with event_stream(request, services) as response:
+    async with event_stream(request, context) as response:
         loop = asyncio.get_running_loop()
         started = loop.time()
         for n in range(1, ticks + 1):

@@ -12,7 +12,6 @@ binary frames close it with 1003; oversized ones with 1009 (aiohttp's ``max_msg_
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from typing import Any
@@ -20,7 +19,6 @@ from typing import Any
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from service import jsonsafe
-from service.app import SERVICES, Services
 from service.core.log import LogEntry
 from service.core.runs import Run
 from service.core.sessions import Session
@@ -33,9 +31,11 @@ from service.errors import (
 )
 from service.transports import dialects
 from service.transports.auth import origin_allowed, owner_of
+from service.transports.context import Context, context_of
 from service.transports.follow import Ending, Stop
 from service.transports.pump import Outbox, Pumps, TooSlow, pump, write_until_closed
 from service.transports.quotas import quota_fields
+from service.transports.reading import purged_body
 
 log = logging.getLogger(__name__)
 
@@ -55,12 +55,12 @@ class ClientError(Exception):
 class Connection:
     """One WebSocket client: its subscriptions, its short-lived runs, and its outbox."""
 
-    def __init__(self, ws: web.WebSocketResponse, services: Services, owner: str) -> None:
+    def __init__(self, ws: web.WebSocketResponse, context: Context, owner: str) -> None:
         self.ws = ws
-        self.services = services
+        self.context = context
         self.owner = owner
-        self._delivered = services.metrics.events_delivered.labels("ws")
-        settings = services.settings
+        self._delivered = context.metrics.events_delivered.labels("ws")
+        settings = context.settings
         self.send_timeout = settings.ws_send_timeout_s
         self.outbox: Outbox[str] = Outbox(settings.ws_send_queue, self.send_timeout, on_full=self.close_slow)
         self.pumps = Pumps("ws-sub")
@@ -192,9 +192,7 @@ class Connection:
                 )
             oldest = await log_.first_id()
             if after < oldest - 1:
-                from service.transports.sessions import purged_body
-
-                body = await purged_body(self.services, session, after, oldest)
+                body = await purged_body(self.context, session, after, oldest)
                 raise ClientError("events_purged", body.pop("error"), session_id=session.id, **body)
         self.pumps.stop(session.id)
         await self.emit_json({"type": "subscribed", "session_id": session.id})
@@ -221,7 +219,7 @@ class Connection:
 
     async def _cancel(self, message: dict[str, Any]) -> None:
         session = await self._session(message)
-        cancelled = await self.services.runs.cancel(session.id)
+        cancelled = await self.context.runs.cancel(session.id)
         await self.emit_json({"type": "cancel_requested", "session_id": session.id, "cancelled": cancelled})
 
     async def _run(self, message: dict[str, Any]) -> None:
@@ -257,23 +255,23 @@ class Connection:
 
     async def _session(self, message: dict[str, Any]) -> Session:
         session_id = _required_str(message, "session_id")
-        return await self.services.sessions.get_owned(session_id, self.owner)
+        return await self.context.sessions.get_owned(session_id, self.owner)
 
     async def _create_ephemeral(self) -> Session:
         try:
-            return await self.services.sessions.create(ephemeral=True, owner=self.owner)
+            return await self.context.sessions.create(ephemeral=True, owner=self.owner)
         except SessionLimitReached as exc:
             raise ClientError("overloaded", str(exc)) from None
 
     def _count_request(self) -> None:
         """A message counts as a request against the key's per-minute quota (pings do not)."""
         try:
-            self.services.quotas.check_request(self.owner)
+            self.context.quotas.check_request(self.owner)
         except QuotaExceeded as exc:
             raise _quota_error(exc) from None
 
     def _check_query(self, content: str, max_turns: int | None, **context: Any) -> None:
-        limit = self.services.settings.max_message_chars
+        limit = self.context.settings.max_message_chars
         if len(content) > limit:
             raise ClientError("invalid", f"longer than {limit} characters", **context)
         if max_turns is not None and not 1 <= max_turns <= 100:
@@ -286,7 +284,7 @@ class Connection:
         context = {"session_id": session.id} if context is None else context
         self._check_query(content, max_turns, **context)
         try:
-            return await self.services.runs.start(session, content, max_turns)
+            return await self.context.runs.start(session, content, max_turns)
         except RunInProgress:
             raise ClientError("conflict", "a query is already running in this session", **context) from None
         except Overloaded as exc:
@@ -299,7 +297,7 @@ class Connection:
 
     async def _pump(self, session: Session, after: int, *, until_done: bool = False) -> None:
         """Forward the session's events after ``after`` until unsubscribed (or the run's end)."""
-        merge_after = self.services.settings.merge_deltas_after
+        merge_after = self.context.settings.merge_deltas_after
         session_id = session.id
         self.sessions[session_id] = session
         self.cursors[session_id] = after
@@ -346,9 +344,7 @@ class Connection:
 
     async def _end_ephemeral(self, session_id: str) -> None:
         self.ephemeral.discard(session_id)
-        await self.services.runs.cancel(session_id)
-        with contextlib.suppress(SessionNotFound):
-            await self.services.sessions.delete(session_id)
+        await self.context.end_ephemeral(session_id)
 
     async def close(self) -> None:
         """Stop every subscription and the writer; a socket's short-lived runs end with it.
@@ -422,8 +418,8 @@ def _optional_int(message: dict[str, Any], name: str) -> int | None:
 
 async def websocket(request: web.Request) -> web.StreamResponse:
     """``GET /ws``: the WebSocket protocol of ../shared/DESIGN.md."""
-    services = request.app[SERVICES]
-    settings = services.settings
+    context = context_of(request)
+    settings = context.settings
     if not origin_allowed(request, settings):
         return web.json_response({"error": "origin not allowed"}, status=403)
     ws = web.WebSocketResponse(
@@ -433,16 +429,16 @@ async def websocket(request: web.Request) -> web.StreamResponse:
         timeout=settings.ws_send_timeout_s,  # how long a close waits for the client's answer
     )
     owner = owner_of(request)
-    quotas = services.quotas
+    quotas = context.quotas
     quotas.acquire_stream(owner)  # no free stream slot: a 429 instead of the upgrade
     try:
         await ws.prepare(request)
     except BaseException:
         quotas.release_stream(owner)
         raise
-    connection = Connection(ws, services, owner)
+    connection = Connection(ws, context, owner)
     request.app[SOCKETS].add(connection)
-    sockets = services.metrics.connections.labels("ws")
+    sockets = context.metrics.connections.labels("ws")
     sockets.inc()
     try:
         while not ws.closed:

@@ -1,0 +1,127 @@
+"""Reading what a client sends: JSON bodies (parsed with a nesting bound, validated by pydantic
+models) and integer query parameters, each refused with the right status and a JSON error.
+
+413 a body too large, 400 malformed JSON or a bad parameter, 422 a body of the wrong shape.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, TypeVar
+
+from aiohttp import web
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+from service import jsonsafe
+from service.config import Settings
+from service.transports.context import CONTEXT
+from service.transports.middleware import json_error
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be blank")
+    return value
+
+
+Text = Annotated[str, Field(min_length=1), AfterValidator(_not_blank)]
+
+
+def _json_integer(value: object) -> object:
+    # pydantic's lax mode would take ``true`` and ``"3"`` as integers; JSON Schema's "integer"
+    # (and so the OpenAPI document) takes neither, but does take ``3.0``.
+    if isinstance(value, bool | str):
+        raise ValueError("must be an integer")
+    return value
+
+
+MaxTurns = Annotated[
+    Annotated[int, Field(ge=1, le=100)] | None, BeforeValidator(_json_integer), Field(default=None)
+]
+
+
+class AgentRequest(BaseModel):
+    """Body of ``POST /agent/stream`` and ``POST /agent/run``."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    message: Text
+    max_turns: MaxTurns = None
+
+
+class MessageRequest(BaseModel):
+    """Body of ``POST /sessions/{id}/messages``."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    content: Text
+    max_turns: MaxTurns = None
+
+
+async def read_object(request: web.Request, *, allow_empty: bool = False) -> dict[str, Any]:
+    """The body as a JSON object: 413 too large, 400 malformed or empty, 422 not an object."""
+    limit = request.app[CONTEXT].settings.max_request_bytes
+    if request.content_length is not None and request.content_length > limit:
+        raise json_error(413, f"request body too large (limit {limit} bytes)", max_bytes=limit)
+    raw = await request.read()  # aiohttp enforces client_max_size while reading a chunked body
+    if not raw.strip():
+        if allow_empty:
+            return {}
+        raise json_error(400, "request body is empty; send a JSON object")
+    try:
+        data = jsonsafe.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise json_error(400, f"malformed JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise json_error(422, "request body must be a JSON object")
+    return data
+
+
+async def read_json(request: web.Request, model: type[Model]) -> Model:
+    """Parse the body as ``model``: 413 too large, 400 malformed JSON, 422 wrong shape."""
+    data = await read_object(request)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        details = [
+            {"field": ".".join(str(part) for part in item["loc"]) or "body", "message": item["msg"]}
+            for item in exc.errors(include_url=False)
+        ]
+        summary = "; ".join(f"{item['field']}: {item['message']}" for item in details)
+        raise json_error(422, f"invalid request: {summary}", details=details) from None
+
+
+def check_length(settings: Settings, text: str, field: str) -> None:
+    """422 when a message is longer than ``AGENT_MAX_MESSAGE_CHARS``."""
+    limit = settings.max_message_chars
+    if len(text) > limit:
+        raise json_error(422, f"invalid request: {field}: longer than {limit} characters")
+
+
+DECIMAL = re.compile(r"-?[0-9]+")
+
+
+def decimal(raw: str) -> int:
+    """``raw`` as an integer, written in ASCII digits; ``ValueError`` otherwise (``int()`` alone
+    would also take ``" 5"``, ``"+5"``, ``"1_0"`` and other scripts' digits)."""
+    if not DECIMAL.fullmatch(raw):
+        raise ValueError(raw)
+    return int(raw)
+
+
+def int_param(request: web.Request, *names: str, minimum: int = 0) -> int | None:
+    """The first of ``names`` present in the query string as an integer; 400 if it is not one."""
+    for name in names:
+        raw = request.query.get(name)
+        if raw is None:
+            continue
+        try:
+            value = decimal(raw)
+        except ValueError:
+            raise json_error(400, f"{name} must be an integer, got {raw!r}") from None
+        if value < minimum:
+            raise json_error(400, f"{name} must be at least {minimum}")
+        return value
+    return None

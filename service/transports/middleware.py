@@ -1,0 +1,139 @@
+"""Errors as replies: every error a JSON body with a fitting status, never a 500 for a client's
+mistake, and never a second response written into a stream that has started.
+
+Handlers raise :func:`json_error` (or let a domain error from ``service.errors`` through);
+:func:`error_middleware` turns each into its reply and logs only the service's own faults.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from service.errors import (
+    EventsPurged,
+    Overloaded,
+    RunInProgress,
+    SessionLimitReached,
+    SessionNotFound,
+    StoreUnavailable,
+    StreamLimitReached,
+)
+from service.logs import session_id_var
+
+log = logging.getLogger(__name__)
+
+
+def error_response(status: int, message: str, **extra: Any) -> web.Response:
+    """A JSON error reply."""
+    return web.json_response({"error": message, **extra}, status=status)
+
+
+def json_error(status: int, message: str, **extra: Any) -> web.HTTPException:
+    """An HTTP exception carrying a JSON error body, to raise from a handler."""
+    cls = web.HTTPException
+    for candidate in (
+        web.HTTPBadRequest,
+        web.HTTPUnauthorized,
+        web.HTTPForbidden,
+        web.HTTPNotFound,
+        web.HTTPConflict,
+        web.HTTPGone,
+        web.HTTPRequestEntityTooLarge,
+        web.HTTPUnprocessableEntity,
+        web.HTTPServiceUnavailable,
+    ):
+        if candidate.status_code == status:
+            cls = candidate
+            break
+    kwargs: dict[str, Any] = {
+        "text": json.dumps({"error": message, **extra}),
+        "content_type": "application/json",
+    }
+    if cls is web.HTTPRequestEntityTooLarge:
+        return web.HTTPRequestEntityTooLarge(max_size=extra.get("max_bytes", 0), actual_size=0, **kwargs)
+    return cls(**kwargs)
+
+
+_DOMAIN_ERRORS: dict[type[Exception], tuple[int, str]] = {
+    SessionNotFound: (404, "Session not found"),
+    RunInProgress: (409, "a query is already running in this session"),
+    Overloaded: (503, "the service is at its limit of concurrent queries; try again shortly"),
+    StreamLimitReached: (503, "the service is at its limit of open streams; try again shortly"),
+    SessionLimitReached: (503, "the service holds as many sessions as it may; delete one or try again later"),
+    StoreUnavailable: (503, "session storage (Redis) is unavailable; try again shortly"),
+}
+
+
+@web.middleware
+async def error_middleware(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Give every error a JSON body and the right status; log only the server's own faults."""
+    session_id = request.match_info.get("session_id")
+    if session_id:
+        session_id_var.set(session_id)  # on every log line while this request is served
+    try:
+        return await _unless_streaming(request, handler)
+    except web.HTTPException as exc:
+        if exc.content_type == "application/json" or exc.status < 400:
+            raise
+        if isinstance(exc, web.HTTPRequestEntityTooLarge):
+            message = "request body too large"
+        else:
+            message = exc.reason
+        response = error_response(exc.status, message)
+        if "Allow" in exc.headers:  # a 405 says which methods the path takes (RFC 9110)
+            response.headers["Allow"] = exc.headers["Allow"]
+        return response
+    except EventsPurged as exc:
+        return error_response(410, str(exc), oldest_id=exc.oldest_id)
+    except tuple(_DOMAIN_ERRORS) as exc:
+        status, message = _DOMAIN_ERRORS[type(exc)]
+        extra = {"code": "store_unavailable"} if isinstance(exc, StoreUnavailable) else {}
+        response = error_response(status, message, **extra)
+        if status == 503:
+            response.headers["Retry-After"] = "1"
+        return response
+    except ConnectionResetError:
+        # The client went away before or while we answered: nobody is left to tell, and it is no
+        # fault of ours to log. aiohttp drops this reply quietly when it cannot be written.
+        return web.Response(status=499, reason="Client Closed Request")
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return error_response(500, "internal server error")
+
+
+# The stream response a handler has started, if any: once its headers are out, an error can no
+# longer be answered with a response of its own.
+OPEN_STREAM = web.RequestKey("open_stream", web.StreamResponse)
+
+
+async def _unless_streaming(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Run the handler; an error raised after its stream started ends that stream instead.
+
+    A second response written into a started body would corrupt it (a status line inside the
+    chunked encoding), so the stream is ended cleanly and the fault logged on one line. Each
+    streaming route tells its client why it ended before it gets here (see ``follow.py``).
+    """
+    try:
+        return await handler(request)
+    except Exception as exc:
+        stream = request.get(OPEN_STREAM)
+        if stream is None or not stream.prepared:
+            raise
+        if not isinstance(exc, ConnectionResetError):  # a client gone is nobody's fault
+            log.warning(
+                "%s %s: %s ended the stream after it started: %s",
+                request.method,
+                request.path,
+                type(exc).__name__,
+                exc,
+            )
+        return stream
