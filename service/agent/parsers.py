@@ -42,6 +42,7 @@ from service.core.events import (
     Usage,
 )
 from service.errors import ModelStreamError, ProviderError
+from service.providers import upstream_json
 
 __all__ = [
     "BedrockStreamParser",
@@ -146,7 +147,7 @@ class _ToolBlock:
         error: str | None = None
         if raw:
             try:
-                value = json.loads(raw)
+                value = upstream_json.loads(raw)
             except ValueError as exc:
                 error = f"tool input is not valid JSON: {exc}"
             else:
@@ -480,6 +481,12 @@ def stream_error_from_exception(exc: BaseException) -> ProviderError:
     ):
         return ProviderError(
             f"The connection to Bedrock failed: {exc}", code="connection_error", retryable=True
+        )
+    if isinstance(exc, RecursionError):
+        # botocore parses the stream's frames and error bodies with json.loads, which gives up
+        # on JSON nested about a thousand levels deep.
+        return ProviderError(
+            f"Bedrock sent JSON nested too deeply to read: {exc}", code="malformed_chunk", retryable=False
         )
     if isinstance(exc, builtins.TimeoutError):
         return ProviderError(

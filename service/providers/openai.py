@@ -33,6 +33,7 @@ import aiohttp
 
 from service.agent.parsers import DONE, OpenAIStreamParser
 from service.errors import ProviderError
+from service.providers import upstream_json
 from service.providers.base import ModelRequest
 
 __all__ = [
@@ -130,7 +131,7 @@ def decode_data(payload: str) -> dict[str, Any] | str | None:
     if text == DONE:
         return DONE
     try:
-        value = json.loads(text)
+        value = upstream_json.loads(text)
     except ValueError as exc:
         raise ProviderError(
             f"The model stream sent malformed JSON ({exc}): {text[:120]!r}", code="malformed_chunk"
@@ -233,7 +234,7 @@ def _error_detail(body: bytes) -> tuple[str, str]:
     """The message and type/code of an error body, whichever of the usual shapes it has."""
     text = body.decode("utf-8", errors="replace").strip()
     try:
-        parsed = json.loads(text)
+        parsed = upstream_json.loads(text)
     except ValueError:
         return text[:300], ""
     if not isinstance(parsed, dict):

@@ -105,6 +105,14 @@ def test_decode_data() -> None:
         assert caught.value.code == "malformed_chunk"
 
 
+def test_a_chunk_nested_too_deep_is_malformed() -> None:
+    # 150 levels parse with json.loads but could not be stored as an event; 5000 overflow the parser.
+    for depth in (150, 5000):
+        with pytest.raises(ProviderError) as caught:
+            decode_data('{"choices":' + "[" * depth + "]" * depth + "}")
+        assert caught.value.code == "malformed_chunk" and "nested" in str(caught.value)
+
+
 # -- property: any split of a valid stream reads the same ----------------------------------------
 
 _token = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=6)
@@ -192,6 +200,51 @@ def test_byte_by_byte_reads_give_the_same_events() -> None:
         'data: {"choices":[{"index":0,"delta":{"content":"naïve 🙂"}}]}\r\n\r\ndata: [DONE]\r\n\r\n'.encode()
     )
     assert parse_pieces([raw[i : i + 1] for i in range(len(raw))]) == parse_pieces([raw])
+
+
+# -- property: whatever JSON a data line carries, a bad one is a ProviderError -------------------
+
+_scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5)
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner),
+    max_leaves=12,
+)
+_keys = st.sampled_from(
+    ["choices", "delta", "tool_calls", "function", "arguments", "content", "error", "usage"]
+)
+
+
+@st.composite
+def data_lines(draw: st.DrawFn) -> str:
+    """A data line: chunk-shaped JSON, a value nested to any depth inside one, or broken JSON."""
+    depth = draw(st.integers(0, 3000))
+    key = draw(_keys)
+    deep = draw(st.sampled_from(["[" * depth + "]" * depth, '{"a":' * depth + "1" + "}" * depth]))
+    return draw(
+        st.sampled_from(
+            [
+                json.dumps({key: draw(_values)}),
+                json.dumps({"choices": [{"index": 0, "delta": {key: draw(_values)}}]}),
+                '{"choices":[{"index":0,"delta":{"' + key + '":' + deep + "}}]}",
+                '{"' + key + '":' + deep[: len(deep) // 2],
+            ]
+        )
+    )
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lines=st.lists(data_lines(), max_size=4))
+def test_any_data_line_is_read_or_refused_as_a_provider_error(lines: list[str]) -> None:
+    parser = OpenAIStreamParser()
+    try:
+        for line in [*lines, DONE]:
+            chunk = decode_data(line)
+            if chunk is not None:
+                parser.feed(chunk)
+        parser.result()
+    except ProviderError:
+        pass  # refused the way any bad stream is: no other exception may come out
 
 
 # -- the request -------------------------------------------------------------------------------
@@ -534,6 +587,30 @@ async def test_error_bodies_of_every_usual_shape(
         await collect(provider, "hi")
     assert expected in str(caught.value) and caught.value.code == "http_429" and caught.value.retryable
     assert len(upstream.requests) == 3
+
+
+NESTED_LINE = b'data: {"choices":' + b'[{"a":' * 5000 + b"\n\n"
+
+
+async def test_a_data_line_nested_too_deep_is_a_malformed_chunk(
+    fake: tuple[FakeUpstream, OpenAIProvider],
+) -> None:
+    upstream, provider = fake
+    upstream.answers = [(200, "text/event-stream", [ODD_STREAM[0], ODD_STREAM[1], NESTED_LINE])]
+    with pytest.raises(ProviderError) as caught:
+        await collect(provider, "hi")
+    assert caught.value.code == "malformed_chunk" and "nested" in str(caught.value)
+    assert len(upstream.requests) == 1
+
+
+async def test_an_error_body_nested_too_deep_is_read_as_text(
+    fake: tuple[FakeUpstream, OpenAIProvider],
+) -> None:
+    upstream, provider = fake
+    upstream.answers = [(429, "application/json", [b'{"error":' + b"[" * 5000])]
+    with pytest.raises(ProviderError) as caught:
+        await collect(provider, "hi")
+    assert caught.value.code == "http_429" and 'HTTP 429: {"error":[[[' in str(caught.value)
 
 
 async def test_unauthorised_names_the_key_setting(fake: tuple[FakeUpstream, OpenAIProvider]) -> None:
