@@ -1,8 +1,10 @@
-"""BedrockProvider over real HTTP (boto3 on a real port) against a small fake Bedrock that answers
-with the exact event-stream frames a test writes: what the emulator never sends."""
+"""BedrockProvider over real HTTP (boto3 on a real port): against the emulator, and against a small
+fake Bedrock that answers with the exact event-stream frames a test writes (what the emulator
+never sends)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -10,12 +12,14 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from service.agent.parsers import BedrockStreamParser, TurnResult
-from service.core.events import Event, ToolUse
+from service.core.events import Event, TextDelta, ToolInputDelta, ToolUse, ToolUseStart
+from service.emulator import EmulatorConfig, create_emulator_app
 from service.emulator.eventstream import CONTENT_TYPE, encode_event, encode_message
+from service.emulator.server import RECORDS_KEY
 from service.errors import ProviderError
-from service.providers.base import ModelRequest
+from service.providers.base import ModelRequest, PendingToolUse, TurnResult
 from service.providers.bedrock import BedrockProvider
+from service.providers.bedrock_stream import BedrockStreamParser
 
 
 class FakeBedrock:
@@ -58,7 +62,7 @@ async def run_turn(provider: BedrockProvider) -> tuple[list[Event], TurnResult]:
     parser = BedrockStreamParser(turn=1)
     events: list[Event] = []
     request = ModelRequest([{"role": "user", "content": [{"text": "hi"}]}])
-    async for raw in provider.stream(request):
+    async for raw in provider.raw_stream(request):
         events.extend(parser.feed(raw))
     return events, parser.result()
 
@@ -137,3 +141,44 @@ async def test_an_error_body_nested_too_deep_is_a_malformed_chunk(
         await run_turn(provider)
     assert caught.value.code == "malformed_chunk" and not caught.value.retryable
     assert upstream.requests == 1
+
+
+async def test_stream_yields_the_turns_events_then_its_result(
+    fake: tuple[FakeBedrock, BedrockProvider],
+) -> None:
+    upstream, provider = fake
+    upstream.body = tool_answer('{"x": 1}')
+    request = ModelRequest([{"role": "user", "content": [{"text": "hi"}]}])
+    *events, result = [item async for item in provider.stream(request, turn=3)]
+    assert [type(e) for e in events] == [ToolUseStart, ToolInputDelta, ToolUse]
+    assert {e.turn for e in events} == {3}
+    assert isinstance(result, TurnResult) and result.tool_uses == [PendingToolUse("calc", "t1", {"x": 1})]
+    assert result.message["content"] == [{"toolUse": {"toolUseId": "t1", "name": "calc", "input": {"x": 1}}}]
+
+
+async def test_closing_the_turns_stream_frees_its_thread_and_the_upstream_at_once(
+    aiohttp_server: Any,
+) -> None:
+    server = await aiohttp_server(create_emulator_app(EmulatorConfig()))
+    provider = BedrockProvider(
+        model_id="m",
+        endpoint_url=str(server.make_url("")).rstrip("/"),
+        region_name="us-east-1",
+        credentials={"aws_access_key_id": "emulator", "aws_secret_access_key": "emulator"},
+    )
+    text = "A long story [emu:tokens=2000] [emu:tps=50]"
+    try:
+        stream = provider.stream(ModelRequest([{"role": "user", "content": [{"text": text}]}]))
+        async for event in stream:
+            if isinstance(event, TextDelta):
+                break
+        await stream.aclose()
+        assert await asyncio.to_thread(provider.wait_idle, 1.0)
+        record = await asyncio.to_thread(
+            server.app[RECORDS_KEY].wait_for,
+            lambda r: r.user_text == text and r.outcome == "client_closed",
+            1.0,
+        )
+        assert record.deltas_sent < 2000
+    finally:
+        await provider.close()

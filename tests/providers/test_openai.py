@@ -16,20 +16,14 @@ from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.agent.parsers import DONE, OpenAIStreamParser
-from service.core.events import Event
+from service.core.events import Event, TextDelta
 from service.emulator import EmulatorConfig, create_emulator_app
 from service.emulator.script import answer_words
 from service.emulator.server import RECORDS_KEY
 from service.errors import ProviderError
-from service.providers.base import ModelRequest
-from service.providers.openai import (
-    OpenAIProvider,
-    SSELineReader,
-    decode_data,
-    to_openai_messages,
-    to_openai_tools,
-)
+from service.providers.base import ModelRequest, TurnResult
+from service.providers.openai import OpenAIProvider, to_openai_messages, to_openai_tools
+from service.providers.openai_stream import DONE, OpenAIStreamParser, SSELineReader, decode_data
 from tests.conftest import ClientFactory, services_of, sse_events, stream_agent
 
 # -- the SSE reader -----------------------------------------------------------------------------
@@ -352,9 +346,9 @@ def _request(text: str) -> ModelRequest:
 
 async def collect(provider: OpenAIProvider, text: str) -> tuple[list[Any], OpenAIStreamParser]:
     """Every chunk the provider yields for ``text``, fed through a parser."""
-    parser = provider.new_parser(1)
+    parser = OpenAIStreamParser(turn=1)
     chunks: list[Any] = []
-    async for chunk in provider.stream(_request(text)):
+    async for chunk in provider.raw_stream(_request(text)):
         chunks.append(chunk)
         parser.feed(chunk)
     return chunks, parser
@@ -429,9 +423,9 @@ async def test_a_drop_after_a_token_is_never_retried(
     provider: OpenAIProvider, emulator_server: TestServer
 ) -> None:
     text = "x [emu:disconnect] [emu:fail_after=2]"
-    parser = provider.new_parser(1)
+    parser = OpenAIStreamParser(turn=1)
     with pytest.raises(ProviderError) as caught:
-        async for chunk in provider.stream(_request(text)):
+        async for chunk in provider.raw_stream(_request(text)):
             parser.feed(chunk)
     assert caught.value.code == "connection_error" and "lost mid-stream" in str(caught.value)
     assert parser.text_so_far() == "Here is"
@@ -477,13 +471,21 @@ async def test_malformed_json_is_reported(provider: OpenAIProvider) -> None:
     assert caught.value.code == "malformed_chunk" and "malformed JSON" in str(caught.value)
 
 
+def _is_text(item: Any) -> bool:
+    """True for the first sign of answer text: a chunk with content, or a TextDelta."""
+    if isinstance(item, dict):
+        return bool(item["choices"] and item["choices"][0]["delta"].get("content"))
+    return isinstance(item, TextDelta)
+
+
+@pytest.mark.parametrize("method", ["raw_stream", "stream"])
 async def test_closing_the_iterator_closes_the_response_at_once(
-    provider: OpenAIProvider, emulator_server: TestServer
+    provider: OpenAIProvider, emulator_server: TestServer, method: str
 ) -> None:
-    text = "A long story [emu:tokens=2000] [emu:tps=50]"
-    stream = provider.stream(_request(text))
-    async for chunk in stream:
-        if isinstance(chunk, dict) and chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
+    text = f"A long story via {method} [emu:tokens=2000] [emu:tps=50]"
+    stream = getattr(provider, method)(_request(text))
+    async for item in stream:
+        if _is_text(item):
             break
     await stream.aclose()
     assert provider.active_streams == 0
@@ -492,6 +494,16 @@ async def test_closing_the_iterator_closes_the_response_at_once(
         store.wait_for, lambda r: r.user_text == text and r.outcome == "client_closed", 1.0
     )
     assert record.deltas_sent < 2000
+
+
+async def test_stream_yields_the_turns_events_then_its_result(provider: OpenAIProvider) -> None:
+    items = [item async for item in provider.stream(_request("Tell me [emu:tokens=5]"), turn=2)]
+    *events, result = items
+    assert isinstance(result, TurnResult) and not any(isinstance(e, TurnResult) for e in events)
+    assert [type(e) for e in events] == [TextDelta] * 5 and {e.turn for e in events} == {2}
+    assert result.text == "".join(e.text for e in events) == "Here is an answer to:"
+    assert result.stop_reason == "end_turn" and result.usage.output_tokens == 5
+    assert provider.active_streams == 0
 
 
 # A fake upstream for what the emulator never does: odd framing, other error bodies, headers.

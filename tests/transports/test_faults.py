@@ -211,7 +211,7 @@ BEDROCK_WIRE = {
 async def deep_client(
     provider: str, answers: list[bytes], aiohttp_server: Any, make_client: ClientFactory, monkeypatch: Any
 ) -> TestClient:
-    """The service on ``provider`` against a fake upstream that gives ``answers`` in turn (the last repeats)."""
+    """The service on ``provider`` against a fake upstream giving ``answers`` in turn (the last repeats)."""
     queue = list(answers)
 
     async def answer(request: web.Request) -> web.Response:

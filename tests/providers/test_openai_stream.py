@@ -12,12 +12,6 @@ from typing import Any
 
 import pytest
 
-from service.agent.parsers import (
-    DONE,
-    OpenAIStreamParser,
-    PendingToolUse,
-    TurnResult,
-)
 from service.core.events import (
     Event,
     ReasoningDelta,
@@ -28,7 +22,8 @@ from service.core.events import (
     Usage,
 )
 from service.errors import ModelStreamError, ProviderError
-from service.providers.openai import SSELineReader, decode_data
+from service.providers.base import PendingToolUse, TurnResult
+from service.providers.openai_stream import DONE, OpenAIStreamParser, SSELineReader, decode_data
 
 # -- stream builders --------------------------------------------------------------------------
 

@@ -21,12 +21,6 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
-from service.agent.parsers import (
-    BedrockStreamParser,
-    PendingToolUse,
-    TurnResult,
-    stream_error_from_exception,
-)
 from service.core.events import (
     ReasoningDelta,
     TextDelta,
@@ -36,6 +30,8 @@ from service.core.events import (
     Usage,
 )
 from service.errors import ModelStreamError, ProviderError
+from service.providers.base import PendingToolUse, TurnResult
+from service.providers.bedrock_stream import BedrockStreamParser, stream_error_from_exception
 
 # -- stream builders --------------------------------------------------------------------------
 
