@@ -1,1 +1,1 @@
-"""The agent side: the loop, the stream parsers and the tool executor; plain classes, no HTTP."""
+"""The agent side: the loop and the tool executor; plain classes, no HTTP, no model wire."""

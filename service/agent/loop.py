@@ -1,10 +1,11 @@
 """The agent loop: model, then tools, then model again, told as canonical events.
 
-A plain class: it knows a provider (raw stream + parser), a tool executor and the
-conversation, and nothing of HTTP. The conversation stays in Bedrock's message format: the
-assistant message with its toolUse blocks, then a user message with the toolResult blocks
-(``status: error`` for a failed tool). The conversation is only extended at consistent points,
-so a cancelled or failed query never leaves a toolUse without its result.
+A plain class: it knows a provider (whose stream is one turn's canonical events, then its
+result), a tool executor and the conversation, and nothing of HTTP or of a model's wire. The
+conversation stays in Bedrock's message format: the assistant message with its toolUse blocks,
+then a user message with the toolResult blocks (``status: error`` for a failed tool). The
+conversation is only extended at consistent points, so a cancelled or failed query never leaves
+a toolUse without its result.
 """
 
 from __future__ import annotations
@@ -13,10 +14,9 @@ import asyncio
 import random
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from service.agent.parsers import PendingToolUse, TurnResult
 from service.agent.tools import ToolExecutor, ToolOutcome
 from service.core.events import (
     Event,
@@ -24,6 +24,7 @@ from service.core.events import (
     RunDone,
     RunError,
     StepCompleted,
+    TextDelta,
     ToolCall,
     ToolExecuting,
     ToolResult,
@@ -31,7 +32,7 @@ from service.core.events import (
     Usage,
 )
 from service.errors import ModelStreamError, ProviderError
-from service.providers.base import ModelProvider, ModelRequest
+from service.providers.base import ModelProvider, ModelRequest, PendingToolUse, TurnResult
 
 PLANNING_PROMPT = (
     "Before acting, write a short numbered plan for answering the user's last message. "
@@ -41,9 +42,9 @@ PLANNING_PROMPT = (
 
 @dataclass
 class _Turn:
-    """How one model turn ended: a result, or a provider error."""
+    """How one model turn ended: a result, or a provider error; and the text the client saw of it."""
 
-    parser: Any = None
+    seen: list[str] = field(default_factory=list)
     result: TurnResult | None = None
     error: ProviderError | None = None
 
@@ -120,11 +121,11 @@ class AgentLoop:
                 async for event in self._stream_turn(provider, request, turn, current):
                     yield event
             except BaseException:
-                _close_conversation(messages, current.parser)
+                _close_conversation(messages, current)
                 raise
             if current.error is not None:
-                _close_conversation(messages, current.parser)
-                partial = current.parser.text_so_far() if current.parser is not None else ""
+                _close_conversation(messages, current)
+                partial = "".join(current.seen)
                 yield StepCompleted(
                     turn=turn, step_number=turn + offset, text=partial, error=str(current.error)
                 )
@@ -152,7 +153,7 @@ class AgentLoop:
                     async for event in self._run_tools(result.tool_uses, turn, outcomes):
                         yield event
                 except BaseException:
-                    _close_conversation(messages, current.parser)
+                    _close_conversation(messages, current)
                     raise
                 messages.append(result.message)
                 messages.append(
@@ -207,19 +208,21 @@ class AgentLoop:
     ) -> AsyncIterator[Event]:
         """Stream one model turn, yielding its events; the result or the error lands in ``into``."""
         for attempt in range(self.throttle_retries + 1):
-            parser = into.parser = provider.new_parser(turn)
+            into.seen = []
             emitted = False
             try:
-                async with aclosing(provider.stream(request)) as stream:
-                    async for raw in stream:
-                        for event in parser.feed(raw):
-                            if emit:
-                                emitted = True
-                                yield event
-                into.result = parser.result()
+                async with aclosing(provider.stream(request, turn)) as stream:
+                    async for item in stream:
+                        if isinstance(item, TurnResult):
+                            into.result = item
+                        elif emit:
+                            emitted = True
+                            if isinstance(item, TextDelta):
+                                into.seen.append(item.text)
+                            yield item
                 return
             except ModelStreamError as error:
-                # botocore retried what failed before the stream; an error inside it (throttling,
+                # The provider retried what failed before the stream; an error inside it (throttling,
                 # modelStreamError, internalServer, serviceUnavailable) is retried here, and only
                 # while the client has seen none of the turn: a replayed half-answer would show
                 # twice. Validation and access errors are not retryable and end the turn at once.
@@ -285,10 +288,8 @@ def _assistant_message(result: TurnResult) -> dict[str, Any]:
     return {"role": "assistant", "content": content}
 
 
-def _close_conversation(messages: list[dict[str, Any]], parser: Any) -> None:
+def _close_conversation(messages: list[dict[str, Any]], turn: _Turn) -> None:
     """After a failed or cancelled turn, keep what the user saw of the answer, if anything."""
-    text = ""
-    if parser is not None:
-        text = parser.text_so_far()
+    text = "".join(turn.seen)
     if text.strip():
         messages.append({"role": "assistant", "content": [{"text": text}]})

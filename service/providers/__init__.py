@@ -1,1 +1,1 @@
-"""Model providers: each yields raw model stream events for its parser."""
+"""Model providers: each reads its own wire and yields canonical events, then the turn's result."""

@@ -1,12 +1,20 @@
-"""What every model provider offers the agent loop: a raw event stream and the parser for it."""
+"""What every model provider offers the agent loop: one model turn as canonical events, then its result.
+
+A provider owns its wire. It reads its upstream's raw stream (ConverseStream events, chat
+completion chunks) and feeds it to its own parser, beside it in this package, and
+:meth:`ModelProvider.stream` yields what the loop needs: the turn's canonical events as they
+arrive, then one :class:`TurnResult` (the assistant message in Bedrock's format, the stop reason,
+the usage, the tool uses to run). Errors are raised as :class:`~service.errors.ProviderError`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from service.core.events import Event
+from service.core.events import Event, Usage
 
 
 @dataclass(frozen=True)
@@ -19,20 +27,26 @@ class ModelRequest:
     max_tokens: int = 4096
 
 
-class StreamParser(Protocol):
-    """Turns a provider's raw stream events into canonical events and a turn result."""
+@dataclass
+class PendingToolUse:
+    """A complete tool-use block the agent loop has to run."""
 
-    def feed(self, event: Any) -> list[Event]:
-        """Canonical events to emit for one raw event."""
-        ...
+    tool: str
+    tool_use_id: str
+    input: Any
+    input_error: str | None = None
 
-    def result(self) -> Any:
-        """The finished turn (a ``TurnResult``)."""
-        ...
 
-    def text_so_far(self) -> str:
-        """The answer's text so far, for a turn that will not finish."""
-        ...
+@dataclass
+class TurnResult:
+    """Everything one model turn produced, ready for the agent loop."""
+
+    message: dict[str, Any]
+    stop_reason: str
+    usage: Usage
+    latency_ms: int | None
+    tool_uses: list[PendingToolUse]
+    text: str
 
 
 class ModelProvider(Protocol):
@@ -40,17 +54,40 @@ class ModelProvider(Protocol):
 
     name: str
 
-    def new_parser(self, turn: int) -> StreamParser:
-        """A fresh parser for one turn's stream."""
-        ...
+    def stream(self, request: ModelRequest, turn: int = 1) -> AsyncGenerator[Event | TurnResult, None]:
+        """One model turn: its canonical events as they arrive, then its :class:`TurnResult`.
 
-    def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
-        """The raw events of one model turn; closing the iterator closes the upstream stream."""
+        Closing the iterator closes the upstream stream at once.
+        """
         ...
 
     async def close(self) -> None:
         """Free threads and connections."""
         ...
+
+
+class StreamParser(Protocol):
+    """Turns a provider's raw stream items into canonical events and a turn result."""
+
+    def feed(self, item: Any) -> list[Event]:
+        """Canonical events to emit for one raw item."""
+        ...
+
+    def result(self) -> TurnResult:
+        """The finished turn; raises ProviderError if the stream ended too early."""
+        ...
+
+
+async def parse_stream(
+    raw: AsyncGenerator[Any, None], parser: StreamParser
+) -> AsyncGenerator[Event | TurnResult, None]:
+    """A provider's raw stream through its parser: the canonical events, then the turn's result."""
+    # Closing this generator (the run was cancelled, the client left) closes the raw one at once.
+    async with aclosing(raw) as items:
+        async for item in items:
+            for event in parser.feed(item):
+                yield event
+    yield parser.result()
 
 
 def alternate_roles(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

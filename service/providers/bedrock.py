@@ -6,6 +6,10 @@ events to the event loop in batches: it schedules one wake-up per batch instead 
 event, which keeps the loop's lag low when hundreds of streams are live. Closing the async
 iterator (the client went away, the run was cancelled) shuts the upstream socket down, which
 wakes the blocked read at once, so the thread is freed without waiting for the next token.
+
+:meth:`BedrockProvider.stream` feeds those events to
+:class:`~service.providers.bedrock_stream.BedrockStreamParser`: the turn's canonical events,
+then its result.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -24,9 +28,10 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import NoRegionError
 
-from service.agent.parsers import BedrockStreamParser, stream_error_from_exception
+from service.core.events import Event
 from service.errors import ProviderError
-from service.providers.base import ModelRequest, alternate_roles
+from service.providers.base import ModelRequest, TurnResult, alternate_roles, parse_stream
+from service.providers.bedrock_stream import BedrockStreamParser, stream_error_from_exception
 
 log = logging.getLogger(__name__)
 
@@ -185,10 +190,6 @@ class BedrockProvider:
         """The AWS region the client talks to."""
         return self._client.meta.region_name
 
-    def new_parser(self, turn: int) -> BedrockStreamParser:
-        """A parser for one ConverseStream response."""
-        return BedrockStreamParser(turn=turn)
-
     def request_kwargs(self, request: ModelRequest) -> dict[str, Any]:
         """The arguments of ``converse_stream`` for one turn."""
         kwargs: dict[str, Any] = {
@@ -213,7 +214,11 @@ class BedrockProvider:
             }
         return kwargs
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[dict[str, Any]]:
+    def stream(self, request: ModelRequest, turn: int = 1) -> AsyncGenerator[Event | TurnResult, None]:
+        """One turn's canonical events, then its result; errors are raised as :class:`ProviderError`."""
+        return parse_stream(self.raw_stream(request), BedrockStreamParser(turn=turn))
+
+    async def raw_stream(self, request: ModelRequest) -> AsyncGenerator[dict[str, Any], None]:
         """Yield ConverseStream events; errors are raised as :class:`ProviderError`."""
         kwargs = self.request_kwargs(request)
         bridge = _Bridge(asyncio.get_running_loop())

@@ -1,10 +1,12 @@
 """An OpenAI-compatible chat-completions endpoint (the Bedrock Access Gateway, vLLM, OpenAI) over aiohttp.
 
-:class:`OpenAIProvider` POSTs ``{base_url}/chat/completions`` with ``"stream": true`` and yields
-the stream's chunks (the JSON object of each SSE ``data:`` line, or ``"[DONE]"``) the moment
-their line arrives; :class:`~service.agent.parsers.OpenAIStreamParser` turns them into canonical
-events. The agent loop keeps the conversation in Bedrock's message format, so the request is
-converted on the way out (:func:`to_openai_messages`, :func:`to_openai_tools`).
+:class:`OpenAIProvider` POSTs ``{base_url}/chat/completions`` with ``"stream": true``.
+:meth:`~OpenAIProvider.raw_stream` yields the stream's chunks (the JSON object of each SSE
+``data:`` line, or ``"[DONE]"``) the moment their line arrives, and
+:meth:`~OpenAIProvider.stream` feeds them to :class:`~service.providers.openai_stream.OpenAIStreamParser`:
+the turn's canonical events, then its result. The agent loop keeps the conversation in Bedrock's
+message format, so the request is converted on the way out (:func:`to_openai_messages`,
+:func:`to_openai_tools`).
 
 All streams share one ``aiohttp.ClientSession`` whose connector allows as many connections as
 the service allows concurrent runs; it is created lazily, inside the running event loop.
@@ -14,10 +16,6 @@ Failures are raised as :class:`~service.errors.ProviderError` with a code: ``htt
 ``malformed_chunk``. Retries happen only while nothing of the answer has arrived: an HTTP error,
 or a connection that failed before the first byte of the body. Once a byte of the answer is in,
 a failure is reported, never retried, so no client ever sees half an answer twice.
-
-:class:`SSELineReader` reads the raw bytes: ``data:`` lines with or without the space, comments,
-``event:``/``id:``/``retry:`` lines (ignored), LF, CRLF and CR line ends, and lines split
-anywhere across network reads (inside a UTF-8 character, between ``\\r`` and ``\\n``).
 """
 
 from __future__ import annotations
@@ -25,122 +23,21 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import re
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, Iterable
 from typing import Any
 
 import aiohttp
 
-from service.agent.parsers import DONE, OpenAIStreamParser
+from service.core.events import Event
 from service.errors import ProviderError
-from service.providers.base import ModelRequest
+from service.providers import upstream_json
+from service.providers.base import ModelRequest, TurnResult, parse_stream
+from service.providers.openai_stream import DONE, OpenAIStreamParser, SSELineReader, decode_data
 
-__all__ = [
-    "OpenAIProvider",
-    "SSELineReader",
-    "decode_data",
-    "to_openai_messages",
-    "to_openai_tools",
-]
+__all__ = ["OpenAIProvider", "to_openai_messages", "to_openai_tools"]
 
-# A line never ends inside these bytes, so an EOL found in fresh bytes is always a real one.
-_EOL = re.compile(rb"\r\n|\r|\n")
-
-DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024
 # Enough of an error body to read its message; a gateway's HTML error page is cut here.
 _ERROR_BODY_LIMIT = 64 * 1024
-
-
-class SSELineReader:
-    """Incremental Server-Sent Events reader: network reads in, the payload of each ``data:`` line out.
-
-    Each ``data:`` line is handed over as soon as its line end arrives, without waiting for the
-    blank line that closes the event: OpenAI-compatible servers put one whole JSON chunk on each
-    ``data:`` line, and waiting would hold a token back until the next network read.
-    """
-
-    def __init__(self, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
-        self._partial = bytearray()  # the current line, not yet ended
-        self._skip_lf = False  # the last read ended with "\r": a "\n" opening the next one is its pair
-        self._first_line = True
-        self._max_line_bytes = max_line_bytes
-
-    def feed(self, data: bytes) -> list[str]:
-        """Take the bytes of one network read; return the payloads of the data lines it completed."""
-        if self._skip_lf and data:
-            self._skip_lf = False
-            if data.startswith(b"\n"):
-                data = data[1:]
-        payloads: list[str] = []
-        start = 0
-        for match in _EOL.finditer(data):
-            piece = data[start : match.start()]
-            if self._partial:
-                self._partial += piece
-                line = bytes(self._partial)
-                self._partial.clear()
-            else:
-                line = piece
-            start = match.end()
-            payload = self._line(line)
-            if payload is not None:
-                payloads.append(payload)
-        if start < len(data):
-            self._partial += data[start:]
-            if len(self._partial) > self._max_line_bytes:
-                raise ProviderError(
-                    f"The model stream sent a line longer than {self._max_line_bytes} bytes",
-                    code="malformed_chunk",
-                )
-        self._skip_lf = data.endswith(b"\r")
-        return payloads
-
-    def close(self) -> list[str]:
-        """The payload of a last line that ended with the stream instead of a line end, if any."""
-        if not self._partial:
-            return []
-        line = bytes(self._partial)
-        self._partial.clear()
-        payload = self._line(line)
-        return [payload] if payload is not None else []
-
-    def _line(self, raw: bytes) -> str | None:
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ProviderError(
-                f"The model stream sent a line that is not valid UTF-8: {exc}", code="malformed_chunk"
-            ) from None
-        if self._first_line:
-            self._first_line = False
-            line = line.removeprefix("\ufeff")  # a byte-order mark may open the stream
-        if not line or line.startswith(":"):
-            return None  # an event's end, or a comment (a keep-alive)
-        name, _, value = line.partition(":")
-        if name != "data":
-            return None  # event:, id:, retry: and unknown fields carry nothing a chunk needs
-        return value[1:] if value.startswith(" ") else value
-
-
-def decode_data(payload: str) -> dict[str, Any] | str | None:
-    """One data line's payload as a chunk (a dict), ``"[DONE]"``, or None for an empty line."""
-    text = payload.strip()
-    if not text:
-        return None
-    if text == DONE:
-        return DONE
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise ProviderError(
-            f"The model stream sent malformed JSON ({exc}): {text[:120]!r}", code="malformed_chunk"
-        ) from None
-    if not isinstance(value, dict):
-        raise ProviderError(
-            f"The model stream sent a chunk that is not a JSON object: {text[:120]!r}",
-            code="malformed_chunk",
-        )
-    return value
 
 
 # --- Bedrock's message format to OpenAI's ------------------------------------------------------
@@ -233,7 +130,7 @@ def _error_detail(body: bytes) -> tuple[str, str]:
     """The message and type/code of an error body, whichever of the usual shapes it has."""
     text = body.decode("utf-8", errors="replace").strip()
     try:
-        parsed = json.loads(text)
+        parsed = upstream_json.loads(text)
     except ValueError:
         return text[:300], ""
     if not isinstance(parsed, dict):
@@ -362,10 +259,6 @@ class OpenAIProvider:
         """Responses currently open (for tests and drain)."""
         return self._active
 
-    def new_parser(self, turn: int) -> OpenAIStreamParser:
-        """A parser for one chat-completions stream."""
-        return OpenAIStreamParser(turn=turn)
-
     def request_body(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body of ``POST /chat/completions`` for one turn."""
         body: dict[str, Any] = {
@@ -391,7 +284,11 @@ class OpenAIProvider:
             )
         return self._session
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[dict[str, Any] | str]:
+    def stream(self, request: ModelRequest, turn: int = 1) -> AsyncGenerator[Event | TurnResult, None]:
+        """One turn's canonical events, then its result; errors are raised as ProviderError."""
+        return parse_stream(self.raw_stream(request), OpenAIStreamParser(turn=turn))
+
+    async def raw_stream(self, request: ModelRequest) -> AsyncGenerator[dict[str, Any] | str, None]:
         """Yield the stream's chunks and finally ``"[DONE]"``; errors are raised as ProviderError."""
         payload = json.dumps(self.request_body(request)).encode("utf-8")
         session = self._client()

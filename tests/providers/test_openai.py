@@ -16,20 +16,14 @@ from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.agent.parsers import DONE, OpenAIStreamParser
-from service.core.events import Event
+from service.core.events import Event, TextDelta
 from service.emulator import EmulatorConfig, create_emulator_app
 from service.emulator.script import answer_words
 from service.emulator.server import RECORDS_KEY
 from service.errors import ProviderError
-from service.providers.base import ModelRequest
-from service.providers.openai import (
-    OpenAIProvider,
-    SSELineReader,
-    decode_data,
-    to_openai_messages,
-    to_openai_tools,
-)
+from service.providers.base import ModelRequest, TurnResult
+from service.providers.openai import OpenAIProvider, to_openai_messages, to_openai_tools
+from service.providers.openai_stream import DONE, OpenAIStreamParser, SSELineReader, decode_data
 from tests.conftest import ClientFactory, services_of, sse_events, stream_agent
 
 # -- the SSE reader -----------------------------------------------------------------------------
@@ -103,6 +97,14 @@ def test_decode_data() -> None:
         with pytest.raises(ProviderError) as caught:
             decode_data(bad)
         assert caught.value.code == "malformed_chunk"
+
+
+def test_a_chunk_nested_too_deep_is_malformed() -> None:
+    # 150 levels parse with json.loads but could not be stored as an event; 5000 overflow the parser.
+    for depth in (150, 5000):
+        with pytest.raises(ProviderError) as caught:
+            decode_data('{"choices":' + "[" * depth + "]" * depth + "}")
+        assert caught.value.code == "malformed_chunk" and "nested" in str(caught.value)
 
 
 # -- property: any split of a valid stream reads the same ----------------------------------------
@@ -192,6 +194,51 @@ def test_byte_by_byte_reads_give_the_same_events() -> None:
         'data: {"choices":[{"index":0,"delta":{"content":"naïve 🙂"}}]}\r\n\r\ndata: [DONE]\r\n\r\n'.encode()
     )
     assert parse_pieces([raw[i : i + 1] for i in range(len(raw))]) == parse_pieces([raw])
+
+
+# -- property: whatever JSON a data line carries, a bad one is a ProviderError -------------------
+
+_scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5)
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner),
+    max_leaves=12,
+)
+_keys = st.sampled_from(
+    ["choices", "delta", "tool_calls", "function", "arguments", "content", "error", "usage"]
+)
+
+
+@st.composite
+def data_lines(draw: st.DrawFn) -> str:
+    """A data line: chunk-shaped JSON, a value nested to any depth inside one, or broken JSON."""
+    depth = draw(st.integers(0, 3000))
+    key = draw(_keys)
+    deep = draw(st.sampled_from(["[" * depth + "]" * depth, '{"a":' * depth + "1" + "}" * depth]))
+    return draw(
+        st.sampled_from(
+            [
+                json.dumps({key: draw(_values)}),
+                json.dumps({"choices": [{"index": 0, "delta": {key: draw(_values)}}]}),
+                '{"choices":[{"index":0,"delta":{"' + key + '":' + deep + "}}]}",
+                '{"' + key + '":' + deep[: len(deep) // 2],
+            ]
+        )
+    )
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lines=st.lists(data_lines(), max_size=4))
+def test_any_data_line_is_read_or_refused_as_a_provider_error(lines: list[str]) -> None:
+    parser = OpenAIStreamParser()
+    try:
+        for line in [*lines, DONE]:
+            chunk = decode_data(line)
+            if chunk is not None:
+                parser.feed(chunk)
+        parser.result()
+    except ProviderError:
+        pass  # refused the way any bad stream is: no other exception may come out
 
 
 # -- the request -------------------------------------------------------------------------------
@@ -299,9 +346,9 @@ def _request(text: str) -> ModelRequest:
 
 async def collect(provider: OpenAIProvider, text: str) -> tuple[list[Any], OpenAIStreamParser]:
     """Every chunk the provider yields for ``text``, fed through a parser."""
-    parser = provider.new_parser(1)
+    parser = OpenAIStreamParser(turn=1)
     chunks: list[Any] = []
-    async for chunk in provider.stream(_request(text)):
+    async for chunk in provider.raw_stream(_request(text)):
         chunks.append(chunk)
         parser.feed(chunk)
     return chunks, parser
@@ -376,9 +423,9 @@ async def test_a_drop_after_a_token_is_never_retried(
     provider: OpenAIProvider, emulator_server: TestServer
 ) -> None:
     text = "x [emu:disconnect] [emu:fail_after=2]"
-    parser = provider.new_parser(1)
+    parser = OpenAIStreamParser(turn=1)
     with pytest.raises(ProviderError) as caught:
-        async for chunk in provider.stream(_request(text)):
+        async for chunk in provider.raw_stream(_request(text)):
             parser.feed(chunk)
     assert caught.value.code == "connection_error" and "lost mid-stream" in str(caught.value)
     assert parser.text_so_far() == "Here is"
@@ -424,13 +471,21 @@ async def test_malformed_json_is_reported(provider: OpenAIProvider) -> None:
     assert caught.value.code == "malformed_chunk" and "malformed JSON" in str(caught.value)
 
 
+def _is_text(item: Any) -> bool:
+    """True for the first sign of answer text: a chunk with content, or a TextDelta."""
+    if isinstance(item, dict):
+        return bool(item["choices"] and item["choices"][0]["delta"].get("content"))
+    return isinstance(item, TextDelta)
+
+
+@pytest.mark.parametrize("method", ["raw_stream", "stream"])
 async def test_closing_the_iterator_closes_the_response_at_once(
-    provider: OpenAIProvider, emulator_server: TestServer
+    provider: OpenAIProvider, emulator_server: TestServer, method: str
 ) -> None:
-    text = "A long story [emu:tokens=2000] [emu:tps=50]"
-    stream = provider.stream(_request(text))
-    async for chunk in stream:
-        if isinstance(chunk, dict) and chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
+    text = f"A long story via {method} [emu:tokens=2000] [emu:tps=50]"
+    stream = getattr(provider, method)(_request(text))
+    async for item in stream:
+        if _is_text(item):
             break
     await stream.aclose()
     assert provider.active_streams == 0
@@ -439,6 +494,16 @@ async def test_closing_the_iterator_closes_the_response_at_once(
         store.wait_for, lambda r: r.user_text == text and r.outcome == "client_closed", 1.0
     )
     assert record.deltas_sent < 2000
+
+
+async def test_stream_yields_the_turns_events_then_its_result(provider: OpenAIProvider) -> None:
+    items = [item async for item in provider.stream(_request("Tell me [emu:tokens=5]"), turn=2)]
+    *events, result = items
+    assert isinstance(result, TurnResult) and not any(isinstance(e, TurnResult) for e in events)
+    assert [type(e) for e in events] == [TextDelta] * 5 and {e.turn for e in events} == {2}
+    assert result.text == "".join(e.text for e in events) == "Here is an answer to:"
+    assert result.stop_reason == "end_turn" and result.usage.output_tokens == 5
+    assert provider.active_streams == 0
 
 
 # A fake upstream for what the emulator never does: odd framing, other error bodies, headers.
@@ -534,6 +599,30 @@ async def test_error_bodies_of_every_usual_shape(
         await collect(provider, "hi")
     assert expected in str(caught.value) and caught.value.code == "http_429" and caught.value.retryable
     assert len(upstream.requests) == 3
+
+
+NESTED_LINE = b'data: {"choices":' + b'[{"a":' * 5000 + b"\n\n"
+
+
+async def test_a_data_line_nested_too_deep_is_a_malformed_chunk(
+    fake: tuple[FakeUpstream, OpenAIProvider],
+) -> None:
+    upstream, provider = fake
+    upstream.answers = [(200, "text/event-stream", [ODD_STREAM[0], ODD_STREAM[1], NESTED_LINE])]
+    with pytest.raises(ProviderError) as caught:
+        await collect(provider, "hi")
+    assert caught.value.code == "malformed_chunk" and "nested" in str(caught.value)
+    assert len(upstream.requests) == 1
+
+
+async def test_an_error_body_nested_too_deep_is_read_as_text(
+    fake: tuple[FakeUpstream, OpenAIProvider],
+) -> None:
+    upstream, provider = fake
+    upstream.answers = [(429, "application/json", [b'{"error":' + b"[" * 5000])]
+    with pytest.raises(ProviderError) as caught:
+        await collect(provider, "hi")
+    assert caught.value.code == "http_429" and 'HTTP 429: {"error":[[[' in str(caught.value)
 
 
 async def test_unauthorised_names_the_key_setting(fake: tuple[FakeUpstream, OpenAIProvider]) -> None:

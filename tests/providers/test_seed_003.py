@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestServer
 
-from service.agent.parsers import DONE
 from service.core.events import TextDelta, ToolInputDelta, ToolUse, ToolUseStart
 from service.emulator import EmulatorConfig, create_emulator_app
 from service.emulator.server import RECORDS_KEY
 from service.providers.base import ModelRequest
 from service.providers.openai import OpenAIProvider
+from service.providers.openai_stream import DONE, OpenAIStreamParser
 
 CALCULATOR = {
     "name": "calculator",
@@ -46,9 +46,9 @@ async def stream(
     request = ModelRequest(
         [{"role": "user", "content": [{"text": text}]}], tool_specs=(CALCULATOR,) if tools else ()
     )
-    parser = provider.new_parser(1)
+    parser = OpenAIStreamParser(turn=1)
     chunks, events = [], []
-    async for chunk in provider.stream(request):
+    async for chunk in provider.raw_stream(request):
         chunks.append(chunk)
         events.extend(parser.feed(chunk))
     return chunks, events, parser.result()
@@ -70,8 +70,8 @@ async def test_us1_s2_each_token_is_yielded_immediately(
     provider: OpenAIProvider, upstream: TestServer
 ) -> None:
     request = ModelRequest([{"role": "user", "content": [{"text": "Slowly [emu:tokens=4] [emu:tps=5]"}]}])
-    parser = provider.new_parser(1)
-    async for chunk in provider.stream(request):
+    parser = OpenAIStreamParser(turn=1)
+    async for chunk in provider.raw_stream(request):
         if any(isinstance(event, TextDelta) for event in parser.feed(chunk)):
             # the first token is here while the upstream is still writing the rest
             (record,) = [r for r in upstream.app[RECORDS_KEY].snapshot() if "Slowly" in r.user_text]

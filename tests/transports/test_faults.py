@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
+import logging
 import os
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from service.agent.loop import AgentLoop
+from service.emulator.eventstream import CONTENT_TYPE as EVENTSTREAM
+from service.emulator.eventstream import encode_event, encode_message
 from tests.conftest import SUITE_REDIS_URL, ClientFactory, services_of, sse_events, stream_agent
 from tests.transports.test_mcp import RawMcp, read_messages
 
@@ -144,6 +149,133 @@ async def test_a_connection_cut_mid_answer_is_an_error_event(make_client: Client
     events = await stream_agent(client, "cut [emu:disconnect] [emu:fail_after=2]")
     assert types_of(events) == ["text_delta", "text_delta", "error"]
     assert events[-1]["recoverable"] is True
+
+
+# --- upstream JSON nested too deep ---
+
+DEEP = 5000  # levels: more than json.loads can hold
+
+
+def nested(depth: int) -> str:
+    """A JSON object holding objects ``depth`` levels deep."""
+    return '{"a":' * depth + "1" + "}" * depth
+
+
+def openai_answer(*deltas: dict[str, Any], finish: str = "stop", raw: bytes = b"") -> bytes:
+    """An OpenAI stream of ``deltas`` (then ``raw``, a line written as it is) and its end."""
+    chunks = [{"choices": [{"index": 0, "delta": delta}]} for delta in deltas]
+    chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+    body = b"".join(b"data: " + json.dumps(chunk).encode() + b"\n\n" for chunk in chunks[:-1]) + raw
+    return body + b"data: " + json.dumps(chunks[-1]).encode() + b"\n\ndata: [DONE]\n\n"
+
+
+def bedrock_answer(*blocks: tuple[str, dict[str, Any]], stop: str = "end_turn", raw: bytes = b"") -> bytes:
+    """A ConverseStream body of these events (then ``raw``, frames written as they are) and its end."""
+    events = [("messageStart", {"role": "assistant"}), *blocks]
+    body = b"".join(encode_event(kind, payload) for kind, payload in events) + raw
+    return body + encode_event("messageStop", {"stopReason": stop})
+
+
+# Per provider: the text answer, a tool call whose input is the given JSON text, and a data line or
+# event frame nesting too deep (with one word before it).
+OPENAI_WIRE = {
+    "text": openai_answer({"content": "fine"}),
+    "tool": lambda text: openai_answer(
+        {"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "calculator", "arguments": text}}]},
+        finish="tool_calls",
+    ),
+    "deep": openai_answer({"content": "one"}, raw=b'data: {"choices":' + b'[{"a":' * DEEP + b"\n\n"),
+}
+_DEEP_EVENT_HEADERS = {":event-type": "contentBlockDelta", ":content-type": "application/json"}
+BEDROCK_WIRE = {
+    "text": bedrock_answer(("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": "fine"}})),
+    "tool": lambda text: bedrock_answer(
+        (
+            "contentBlockStart",
+            {"contentBlockIndex": 0, "start": {"toolUse": {"toolUseId": "t1", "name": "calculator"}}},
+        ),
+        ("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"toolUse": {"input": text}}}),
+        ("contentBlockStop", {"contentBlockIndex": 0}),
+        stop="tool_use",
+    ),
+    "deep": bedrock_answer(
+        ("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": "one"}}),
+        raw=encode_message(
+            {**_DEEP_EVENT_HEADERS, ":message-type": "event"},
+            b'{"contentBlockIndex":0,"delta":{"text":"x"},"extra":' + b"[" * DEEP + b"]" * DEEP + b"}",
+        ),
+    ),
+}
+
+
+async def deep_client(
+    provider: str, answers: list[bytes], aiohttp_server: Any, make_client: ClientFactory, monkeypatch: Any
+) -> TestClient:
+    """The service on ``provider`` against a fake upstream giving ``answers`` in turn (the last repeats)."""
+    queue = list(answers)
+
+    async def answer(request: web.Request) -> web.Response:
+        await request.read()
+        body = queue.pop(0) if len(queue) > 1 else queue[0]
+        content_type = "text/event-stream" if provider == "openai" else EVENTSTREAM
+        return web.Response(body=body, headers={"Content-Type": content_type})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", answer)
+    app.router.add_post("/model/{model:.+}/converse-stream", answer)
+    server = await aiohttp_server(app)
+    if provider == "openai":
+        return await make_client(provider="openai", openai_base_url=str(server.make_url("/v1")))
+    # The real Bedrock provider, sent to the fake by boto3's own endpoint setting.
+    for name, value in {
+        "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": str(server.make_url("")).rstrip("/"),
+        "AWS_ACCESS_KEY_ID": "fake",
+        "AWS_SECRET_ACCESS_KEY": "fake",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    return await make_client(provider="bedrock")
+
+
+def errors_logged(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [f"{r.name}: {r.getMessage()}" for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+@pytest.mark.parametrize("provider", ["openai", "bedrock"])
+async def test_an_upstream_chunk_nested_too_deep_is_a_malformed_chunk(
+    provider: str, aiohttp_server: Any, make_client: ClientFactory, monkeypatch: Any, caplog: Any
+) -> None:
+    caplog.set_level(logging.WARNING)
+    wire = OPENAI_WIRE if provider == "openai" else BEDROCK_WIRE
+    client = await deep_client(
+        provider, [wire["deep"], wire["text"]], aiohttp_server, make_client, monkeypatch
+    )
+    events = await stream_agent(client, "deep")
+    assert types_of(events) == ["text_delta", "error"]
+    assert events[-1]["code"] == "malformed_chunk" and "nested" in events[-1]["error"]
+    assert (await stream_agent(client, "and again"))[-1]["type"] == "done"
+    assert errors_logged(caplog) == []
+
+
+@pytest.mark.parametrize("provider", ["openai", "bedrock"])
+@pytest.mark.parametrize("depth", [150, DEEP])
+async def test_a_tool_input_nested_too_deep_is_an_invalid_tool_input(
+    provider: str,
+    depth: int,
+    aiohttp_server: Any,
+    make_client: ClientFactory,
+    monkeypatch: Any,
+    caplog: Any,
+) -> None:
+    caplog.set_level(logging.WARNING)
+    wire = OPENAI_WIRE if provider == "openai" else BEDROCK_WIRE
+    answers = [wire["tool"](nested(depth)), wire["text"]]
+    client = await deep_client(provider, answers, aiohttp_server, make_client, monkeypatch)
+    events = await stream_agent(client, "deep tool")
+    result = next(event for event in events if event["type"] == "tool_result")
+    assert result["is_error"] is True and result["result"].startswith("tool input is not valid JSON: ")
+    assert events[-1]["type"] == "done" and events[-1]["tool_calls"][0]["input"] == {}
+    assert errors_logged(caplog) == []
 
 
 # --- clients that go away ---

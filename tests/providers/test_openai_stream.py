@@ -12,12 +12,6 @@ from typing import Any
 
 import pytest
 
-from service.agent.parsers import (
-    DONE,
-    OpenAIStreamParser,
-    PendingToolUse,
-    TurnResult,
-)
 from service.core.events import (
     Event,
     ReasoningDelta,
@@ -28,7 +22,8 @@ from service.core.events import (
     Usage,
 )
 from service.errors import ModelStreamError, ProviderError
-from service.providers.openai import SSELineReader, decode_data
+from service.providers.base import PendingToolUse, TurnResult
+from service.providers.openai_stream import DONE, OpenAIStreamParser, SSELineReader, decode_data
 
 # -- stream builders --------------------------------------------------------------------------
 
@@ -378,6 +373,19 @@ def test_invalid_arguments_json_gives_empty_input_and_an_input_error() -> None:
     assert events[-1] == ToolUse(tool="calculator", tool_use_id="call_bad", input={})
     use = parser.result().tool_uses[0]
     assert use.input == {} and use.input_error is not None and "not valid JSON" in use.input_error
+
+
+@pytest.mark.parametrize("depth", [150, 5000])
+def test_arguments_nested_too_deep_give_empty_input_and_an_input_error(depth: int) -> None:
+    parser = OpenAIStreamParser()
+    arguments = '{"a":' * depth + "1" + "}" * depth
+    events = feed_all(
+        parser, [tool_open(0, "c", "calculator"), tool_args(0, arguments), finish("tool_calls")]
+    )
+    assert events[-1] == ToolUse(tool="calculator", tool_use_id="c", input={})
+    use = parser.result().tool_uses[0]
+    assert use.input == {} and "not valid JSON" in (use.input_error or "")
+    assert "nested" in (use.input_error or "")
 
 
 def test_arguments_that_are_not_an_object_are_an_input_error() -> None:

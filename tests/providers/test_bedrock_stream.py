@@ -6,6 +6,7 @@ yields; botocore exceptions are built directly from their constructors.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -20,12 +21,6 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
-from service.agent.parsers import (
-    BedrockStreamParser,
-    PendingToolUse,
-    TurnResult,
-    stream_error_from_exception,
-)
 from service.core.events import (
     ReasoningDelta,
     TextDelta,
@@ -35,6 +30,8 @@ from service.core.events import (
     Usage,
 )
 from service.errors import ModelStreamError, ProviderError
+from service.providers.base import PendingToolUse, TurnResult
+from service.providers.bedrock_stream import BedrockStreamParser, stream_error_from_exception
 
 # -- stream builders --------------------------------------------------------------------------
 
@@ -260,6 +257,35 @@ def test_invalid_tool_json_records_input_error() -> None:
     assert pending.input_error is not None
     assert pending.input_error.startswith("tool input is not valid JSON: ")
     assert result.message["content"][0]["toolUse"]["input"] == {}
+
+
+def nested(depth: int) -> str:
+    """A JSON object holding objects ``depth`` levels deep."""
+    return '{"a":' * depth + "1" + "}" * depth
+
+
+# 150 parses with json.loads but could not be stored or sent on as an event; 5000 overflows the parser.
+@pytest.mark.parametrize("depth", [150, 5000])
+def test_tool_json_nested_too_deep_records_input_error(depth: int) -> None:
+    emitted, result = run(
+        [message_start(), tool_start(0, "calc", "t1"), tool_delta(0, nested(depth)), block_stop(0)]
+        + [message_stop("tool_use")]
+    )
+    assert emitted[-1] == ToolUse(tool="calc", tool_use_id="t1", input={})
+    (pending,) = result.tool_uses
+    assert pending.input == {}
+    assert pending.input_error is not None
+    assert pending.input_error.startswith("tool input is not valid JSON: ")
+    assert "nested" in pending.input_error
+
+
+def test_tool_json_nested_up_to_the_limit_is_kept() -> None:
+    _, result = run(
+        [message_start(), tool_start(0, "calc", "t1"), tool_delta(0, nested(100)), block_stop(0)]
+        + [message_stop("tool_use")]
+    )
+    (pending,) = result.tool_uses
+    assert pending.input_error is None and pending.input == json.loads(nested(100))
 
 
 def test_tool_json_that_is_not_an_object_records_input_error() -> None:

@@ -1,0 +1,184 @@
+"""BedrockProvider over real HTTP (boto3 on a real port): against the emulator, and against a small
+fake Bedrock that answers with the exact event-stream frames a test writes (what the emulator
+never sends)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from service.core.events import Event, TextDelta, ToolInputDelta, ToolUse, ToolUseStart
+from service.emulator import EmulatorConfig, create_emulator_app
+from service.emulator.eventstream import CONTENT_TYPE, encode_event, encode_message
+from service.emulator.server import RECORDS_KEY
+from service.errors import ProviderError
+from service.providers.base import ModelRequest, PendingToolUse, TurnResult
+from service.providers.bedrock import BedrockProvider
+from service.providers.bedrock_stream import BedrockStreamParser
+
+
+class FakeBedrock:
+    """A ConverseStream endpoint answering every request with the status, headers and body a test set."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.status = 200
+        self.headers: dict[str, str] = {"Content-Type": CONTENT_TYPE}
+        self.body = b""
+
+    async def handle(self, request: web.Request) -> web.Response:
+        """Count the request; answer with the body set."""
+        await request.read()
+        self.requests += 1
+        return web.Response(status=self.status, headers=self.headers, body=self.body)
+
+
+@pytest.fixture
+async def fake(aiohttp_server: Any) -> AsyncIterator[tuple[FakeBedrock, BedrockProvider]]:
+    """A fake Bedrock and a provider pointed at it."""
+    upstream = FakeBedrock()
+    app = web.Application()
+    app.router.add_post("/model/{modelId:.+}/converse-stream", upstream.handle)
+    server = await aiohttp_server(app)
+    made = BedrockProvider(
+        model_id="m",
+        endpoint_url=str(server.make_url("")).rstrip("/"),
+        region_name="us-east-1",
+        credentials={"aws_access_key_id": "fake", "aws_secret_access_key": "fake"},
+        max_attempts=1,
+        max_concurrent_runs=2,
+    )
+    yield upstream, made
+    await made.close()
+
+
+async def run_turn(provider: BedrockProvider) -> tuple[list[Event], TurnResult]:
+    """Stream one turn through the provider and a parser."""
+    parser = BedrockStreamParser(turn=1)
+    events: list[Event] = []
+    request = ModelRequest([{"role": "user", "content": [{"text": "hi"}]}])
+    async for raw in provider.raw_stream(request):
+        events.extend(parser.feed(raw))
+    return events, parser.result()
+
+
+def nested(depth: int) -> str:
+    """A JSON object holding objects ``depth`` levels deep."""
+    return '{"a":' * depth + "1" + "}" * depth
+
+
+def frames(*events: tuple[str, dict[str, Any]]) -> bytes:
+    """The event-stream body of these events."""
+    return b"".join(encode_event(kind, payload) for kind, payload in events)
+
+
+def tool_answer(tool_input: str) -> bytes:
+    """A whole answer calling one tool with ``tool_input`` as its JSON text."""
+    return frames(
+        ("messageStart", {"role": "assistant"}),
+        (
+            "contentBlockStart",
+            {"contentBlockIndex": 0, "start": {"toolUse": {"toolUseId": "t1", "name": "calc"}}},
+        ),
+        ("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"toolUse": {"input": tool_input}}}),
+        ("contentBlockStop", {"contentBlockIndex": 0}),
+        ("messageStop", {"stopReason": "tool_use"}),
+        ("metadata", {"usage": {"inputTokens": 3, "outputTokens": 4, "totalTokens": 7}, "metrics": {}}),
+    )
+
+
+async def test_a_tool_input_over_the_wire(fake: tuple[FakeBedrock, BedrockProvider]) -> None:
+    upstream, provider = fake
+    upstream.body = tool_answer('{"x": [1, 2]}')
+    events, result = await run_turn(provider)
+    assert events[-1] == ToolUse(tool="calc", tool_use_id="t1", input={"x": [1, 2]})
+    assert result.stop_reason == "tool_use" and result.usage.total_tokens == 7
+
+
+@pytest.mark.parametrize("depth", [150, 5000])
+async def test_a_tool_input_nested_too_deep_is_an_input_error(
+    fake: tuple[FakeBedrock, BedrockProvider], depth: int
+) -> None:
+    upstream, provider = fake
+    upstream.body = tool_answer(nested(depth))
+    events, result = await run_turn(provider)
+    assert events[-1] == ToolUse(tool="calc", tool_use_id="t1", input={})
+    (use,) = result.tool_uses
+    assert use.input == {} and (use.input_error or "").startswith("tool input is not valid JSON: ")
+
+
+async def test_an_event_nested_too_deep_is_a_malformed_chunk(
+    fake: tuple[FakeBedrock, BedrockProvider],
+) -> None:
+    upstream, provider = fake
+    headers = {
+        ":event-type": "contentBlockDelta",
+        ":content-type": "application/json",
+        ":message-type": "event",
+    }
+    deep = b'{"contentBlockIndex":0,"delta":{"text":"x"},"extra":' + b"[" * 5000 + b"]" * 5000 + b"}"
+    upstream.body = frames(("messageStart", {"role": "assistant"})) + encode_message(headers, deep)
+    with pytest.raises(ProviderError) as caught:
+        await run_turn(provider)
+    assert caught.value.code == "malformed_chunk" and "nested" in str(caught.value)
+
+
+async def test_an_error_body_nested_too_deep_is_a_malformed_chunk(
+    fake: tuple[FakeBedrock, BedrockProvider],
+) -> None:
+    upstream, provider = fake
+    upstream.status = 400
+    upstream.headers = {"Content-Type": "application/json", "x-amzn-ErrorType": "ValidationException"}
+    upstream.body = (
+        json.dumps({"message": "no"}).encode()[:-1] + b',"extra":' + b"[" * 5000 + b"]" * 5000 + b"}"
+    )
+    with pytest.raises(ProviderError) as caught:
+        await run_turn(provider)
+    assert caught.value.code == "malformed_chunk" and not caught.value.retryable
+    assert upstream.requests == 1
+
+
+async def test_stream_yields_the_turns_events_then_its_result(
+    fake: tuple[FakeBedrock, BedrockProvider],
+) -> None:
+    upstream, provider = fake
+    upstream.body = tool_answer('{"x": 1}')
+    request = ModelRequest([{"role": "user", "content": [{"text": "hi"}]}])
+    *events, result = [item async for item in provider.stream(request, turn=3)]
+    assert [type(e) for e in events] == [ToolUseStart, ToolInputDelta, ToolUse]
+    assert {e.turn for e in events} == {3}
+    assert isinstance(result, TurnResult) and result.tool_uses == [PendingToolUse("calc", "t1", {"x": 1})]
+    assert result.message["content"] == [{"toolUse": {"toolUseId": "t1", "name": "calc", "input": {"x": 1}}}]
+
+
+async def test_closing_the_turns_stream_frees_its_thread_and_the_upstream_at_once(
+    aiohttp_server: Any,
+) -> None:
+    server = await aiohttp_server(create_emulator_app(EmulatorConfig()))
+    provider = BedrockProvider(
+        model_id="m",
+        endpoint_url=str(server.make_url("")).rstrip("/"),
+        region_name="us-east-1",
+        credentials={"aws_access_key_id": "emulator", "aws_secret_access_key": "emulator"},
+    )
+    text = "A long story [emu:tokens=2000] [emu:tps=50]"
+    try:
+        stream = provider.stream(ModelRequest([{"role": "user", "content": [{"text": text}]}]))
+        async for event in stream:
+            if isinstance(event, TextDelta):
+                break
+        await stream.aclose()
+        assert await asyncio.to_thread(provider.wait_idle, 1.0)
+        record = await asyncio.to_thread(
+            server.app[RECORDS_KEY].wait_for,
+            lambda r: r.user_text == text and r.outcome == "client_closed",
+            1.0,
+        )
+        assert record.deltas_sent < 2000
+    finally:
+        await provider.close()
