@@ -1,7 +1,8 @@
 """Wire dialects: pure functions from a canonical event to its wire payload.
 
 ``None`` means the dialect does not show that event. Field names are contracts
-(../shared/DESIGN.md): fields may be added, never renamed or removed.
+(../shared/DESIGN.md): fields may be added, never renamed or removed. Each payload is a plain
+dict of its type in :mod:`service.transports.payloads`, which ``GET /openapi.json`` publishes.
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ from service.core.events import (
     Usage,
 )
 from service.core.log import LogEntry
+from service.transports import payloads
 
 
-def usage_dict(usage: Usage) -> dict[str, int]:
+def usage_dict(usage: Usage) -> payloads.Usage:
     """Usage as every wire names it."""
     return {
         "input_tokens": usage.input_tokens,
@@ -42,7 +44,7 @@ def usage_dict(usage: Usage) -> dict[str, int]:
     }
 
 
-def agent(event: Event) -> dict[str, Any] | None:
+def agent(event: Event) -> payloads.AgentEvent | None:
     """The **agent** dialect of ``POST /agent/stream`` (seed 001 §2)."""
     if isinstance(event, TextDelta):
         return {"type": "text_delta", "text": event.text}
@@ -53,7 +55,7 @@ def agent(event: Event) -> dict[str, Any] | None:
     if isinstance(event, ToolExecuting):
         return {"type": "tool_executing", "tool": event.tool, "id": event.tool_use_id}
     if isinstance(event, ToolResult):
-        payload: dict[str, Any] = {
+        payload: payloads.AgentToolResult = {
             "type": "tool_result",
             "tool": event.tool,
             "result": event.result,
@@ -65,23 +67,14 @@ def agent(event: Event) -> dict[str, Any] | None:
     if isinstance(event, ReasoningDelta):
         return {"type": "reasoning_delta", "text": event.text}
     if isinstance(event, RunDone):
-        done: dict[str, Any] = {
+        done: payloads.AgentDone = {
             "type": "done",
             "turns": event.turns,
-            "tool_calls": [
-                {"tool": call.tool, "input": call.input, "tool_use_id": call.tool_use_id}
-                | ({"is_error": True} if call.is_error else {})
-                for call in event.tool_calls
-            ],
+            "tool_calls": [_call(call, result=False) for call in event.tool_calls],
             "usage": usage_dict(event.usage),
             "stop_reason": event.stop_reason,
         }
-        if event.truncated:
-            done["truncated"] = True
-        if event.max_turns_reached:
-            done["max_turns_reached"] = True
-        if event.cancelled:
-            done["cancelled"] = True
+        _flag(done, event)
         return done
     if isinstance(event, RunError):
         return {
@@ -94,30 +87,38 @@ def agent(event: Event) -> dict[str, Any] | None:
     return None
 
 
-def _done_fields(event: RunDone) -> dict[str, Any]:
-    fields: dict[str, Any] = {
+def _done_fields(event: RunDone) -> payloads.DoneFields:
+    fields: payloads.DoneFields = {
         "turns": event.turns,
         "output": event.output,
         "tool_calls": [_call(call) for call in event.tool_calls],
         "usage": usage_dict(event.usage),
         "stop_reason": event.stop_reason,
     }
-    for flag in ("truncated", "max_turns_reached", "cancelled"):
-        if getattr(event, flag):
-            fields[flag] = True
+    _flag(fields, event)
     return fields
 
 
-def _call(call: ToolCall) -> dict[str, Any]:
-    payload: dict[str, Any] = {"tool": call.tool, "input": call.input, "tool_use_id": call.tool_use_id}
-    if call.result is not None:
+def _flag(payload: payloads.EndFields, event: RunDone) -> None:
+    # Only the flags that are set: a client reads a missing one as false.
+    if event.truncated:
+        payload["truncated"] = True
+    if event.max_turns_reached:
+        payload["max_turns_reached"] = True
+    if event.cancelled:
+        payload["cancelled"] = True
+
+
+def _call(call: ToolCall, *, result: bool = True) -> payloads.ToolCall:
+    payload: payloads.ToolCall = {"tool": call.tool, "input": call.input, "tool_use_id": call.tool_use_id}
+    if result and call.result is not None:
         payload["result"] = call.result
     if call.is_error:
         payload["is_error"] = True
     return payload
 
 
-def session(event: Event) -> dict[str, Any]:
+def session(event: Event) -> payloads.SessionPayload:
     """The **session** dialect (seed 002, plus the types this service adds).
 
     Every canonical event has a session form, so the ids a session client sees are contiguous.
@@ -191,7 +192,7 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
 
 
-def steps(event: Event) -> list[dict[str, Any]]:
+def steps(event: Event) -> list[payloads.StepsEvent]:
     """The **steps** dialect (seed 000): message, step (planning / action), final, done, error."""
     if isinstance(event, RunStarted):
         return [{"type": "message", "role": "user", "content": event.message, "timestamp": _iso(event.at)}]
@@ -220,7 +221,7 @@ def steps(event: Event) -> list[dict[str, Any]]:
             }
         ]
     if isinstance(event, RunDone):
-        frames: list[dict[str, Any]] = []
+        frames: list[payloads.StepsEvent] = []
         if not event.cancelled:
             frames.append({"type": "final", "step_number": event.final_step, "output": event.output})
         frames.append({"type": "done", **_done_fields(event)})
@@ -272,8 +273,8 @@ def merge_text_runs(batch: list[LogEntry]) -> list[tuple[int, str, str]]:
         if len(run) == 1:
             frames.append((run[0].id, *session_frame(run[0])))
         elif run:
-            text = "".join(entry.event.text for entry in run)  # type: ignore[attr-defined]
-            payload = {
+            text = "".join(entry.event.text for entry in run)  # type: ignore[union-attr]
+            payload: payloads.AssistantText = {
                 "type": "assistant_text",
                 "text": text,
                 "id": run[-1].id,
@@ -298,7 +299,7 @@ def ws_frame(session_id: str, data: str) -> str:
     return f'{{"session_id":{json.dumps(session_id)},{data[1:]}'
 
 
-def session_payload(entry: LogEntry) -> dict[str, Any]:
+def session_payload(entry: LogEntry) -> payloads.SessionPayload:
     """The entry's session-dialect payload as a dict with ``id`` and ``ts`` (for JSON replies)."""
     payload = session(entry.event)
     payload["id"] = entry.id
