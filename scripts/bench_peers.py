@@ -76,9 +76,10 @@ from typing import Any
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _benchlib import NO_QUOTAS, ROOT, free_port, percentile, wait_until_up  # noqa: E402
-from bench_fanout import new_session  # noqa: E402
-from bench_ws import cpu_seconds, fill_session, rss_bytes  # noqa: E402
+from benchlib import ROOT  # noqa: E402
+from benchlib.api import fill_session, new_session  # noqa: E402
+from benchlib.procs import NO_QUOTAS, cpu_seconds, free_port, rss_bytes, wait_until_up  # noqa: E402
+from benchlib.stats import percentile  # noqa: E402
 
 SCRIPTS = Path(__file__).resolve().parent
 CLIENT_CPU, SERVER_CPU = 0, 1

@@ -63,9 +63,10 @@ from typing import Any, TypeVar
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _benchlib import NO_QUOTAS, ROOT, free_port, percentile, wait_until_up  # noqa: E402
-from bench_fanout import raise_fd_limit  # noqa: E402
-from bench_ws import cpu_seconds  # noqa: E402
+from benchlib import ROOT  # noqa: E402
+from benchlib.procs import NO_QUOTAS, cpu_seconds, free_port, wait_until_up  # noqa: E402
+from benchlib.procs import raise_open_file_limit as raise_fd_limit  # noqa: E402
+from benchlib.stats import percentile  # noqa: E402
 
 T = TypeVar("T")
 
