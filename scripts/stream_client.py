@@ -4,7 +4,8 @@
     python scripts/stream_client.py --url http://127.0.0.1:8080 --max-turns 5 "Tell me a story"
 
 Tokens are printed as they arrive, tool calls and results as they happen, then the totals.
-Only the standard library is used, so it runs anywhere Python 3.11 does.
+Only the standard library is used (and the checkout's SSE reader, ``service/loadtest/sse.py``,
+itself standard library only), so it runs anywhere Python 3.11 does.
 """
 
 from __future__ import annotations
@@ -15,7 +16,11 @@ import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, TextIO
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from service.loadtest.sse import iter_events  # noqa: E402
 
 
 def events(url: str, message: str, max_turns: int | None, api_key: str | None) -> Iterator[dict[str, Any]]:
@@ -30,14 +35,8 @@ def events(url: str, message: str, max_turns: int | None, api_key: str | None) -
         url.rstrip("/") + "/agent/stream", data=json.dumps(body).encode(), headers=headers, method="POST"
     )
     with urllib.request.urlopen(request) as response:
-        data: list[str] = []
-        for raw in response:
-            line = raw.decode("utf-8").rstrip("\r\n")
-            if line.startswith("data:"):
-                data.append(line[5:].lstrip(" "))
-            elif not line and data:
-                yield json.loads("\n".join(data))
-                data = []
+        for _, _, data in iter_events(response):
+            yield json.loads(data)
 
 
 def show(event: dict[str, Any], out: TextIO) -> None:
