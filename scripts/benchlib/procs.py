@@ -4,14 +4,14 @@ measured from ``/proc``, stopped."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, Self
 
 import aiohttp
 
@@ -80,7 +80,7 @@ def log_file(directory: Path | None, name: str) -> Path | None:
     return directory / f"{name}-{time.monotonic_ns()}.log" if directory else None
 
 
-@contextmanager
+@contextlib.contextmanager
 def process(
     args: list[str],
     env: dict[str, str] | None = None,
@@ -122,6 +122,42 @@ def process(
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait()
+
+
+class ProcessGroup:
+    """Processes started together for an ``async with`` block: each waited for at its URL, all stopped after.
+
+    A subclass starts them in :meth:`launch` (with :meth:`start`) and says where each answers.
+    """
+
+    def __init__(self) -> None:
+        self._processes = contextlib.ExitStack()
+
+    def start(
+        self, args: list[str], env: dict[str, str] | None = None, **options: Any
+    ) -> subprocess.Popen[bytes]:
+        """A :func:`process` of the group (the same arguments), stopped with it."""
+        return self._processes.enter_context(process(args, env, **options))
+
+    def launch(self) -> list[tuple[str, subprocess.Popen[bytes]]]:
+        """Start the processes; for each, the URL that answers once it is up."""
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        try:
+            async with asyncio.TaskGroup() as waits:  # the first to fail stops the others
+                for url, child in self.launch():
+                    waits.create_task(wait_until_up(url, child=child))
+        except BaseExceptionGroup as group:
+            self._processes.close()
+            raise group.exceptions[0] from None
+        except BaseException:
+            self._processes.close()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._processes.close()
 
 
 def cpu_seconds(pid: int) -> float:

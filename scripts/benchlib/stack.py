@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from benchlib import ROOT
-from benchlib.procs import free_port, log_file, process, wait_until_up
+from benchlib.procs import ProcessGroup, free_port, log_file
 
 
-class ServiceStack:
+class ServiceStack(ProcessGroup):
     """The emulator and the service (from ``source``, a checkout) pointed at it, for one scenario.
 
     As in production: the service reaches the emulator as it would Bedrock (``AGENT_PROVIDER``
@@ -34,6 +34,7 @@ class ServiceStack:
         emulator_cpu: int | None = None,
         logs: Path | None = None,
     ) -> None:
+        super().__init__()
         self.emulator_port, self.port = free_port(), free_port()
         self.emulator_url = f"http://127.0.0.1:{self.emulator_port}"
         self.url = f"http://127.0.0.1:{self.port}"
@@ -61,35 +62,22 @@ class ServiceStack:
             self.env["PYTHONPATH"] = str(source)
         self.service_log = log_file(logs, "service")
         self.emulator_log = log_file(logs, "emulator")
-        self._stack = contextlib.ExitStack()
         self.pid = 0
         self.emulator_pid = 0
 
-    async def __aenter__(self) -> ServiceStack:
+    def launch(self) -> list[tuple[str, subprocess.Popen[bytes]]]:
+        """Start the emulator and the service."""
         # The emulator always comes from the current tree: only the service is compared.
-        emulator = self._stack.enter_context(
-            process(self.emulator_cmd, cpu=self.emulator_cpu, log=self.emulator_log)
-        )
-        service = self._stack.enter_context(
-            process(
-                [sys.executable, "-m", "service"],
-                self.env,
-                cwd=self.source,
-                cpu=self.service_cpu,
-                log=self.service_log,
-            )
+        emulator = self.start(self.emulator_cmd, cpu=self.emulator_cpu, log=self.emulator_log)
+        service = self.start(
+            [sys.executable, "-m", "service"],
+            self.env,
+            cwd=self.source,
+            cpu=self.service_cpu,
+            log=self.service_log,
         )
         self.emulator_pid, self.pid = emulator.pid, service.pid
-        try:
-            await wait_until_up(self.emulator_url + "/_emulator/records", child=emulator)
-            await wait_until_up(self.url + "/healthz", child=service)
-        except BaseException:
-            self._stack.close()
-            raise
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._stack.close()
+        return [(self.emulator_url + "/_emulator/records", emulator), (self.url + "/healthz", service)]
 
 
 @contextlib.contextmanager

@@ -4,12 +4,11 @@ meter of the CPU both spend."""
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
+import subprocess
 import sys
 from pathlib import Path
 
-from benchlib.procs import Meter, free_port, process, wait_until_up
+from benchlib.procs import Meter, ProcessGroup, free_port
 
 CONFIGS: dict[str, tuple[str, int, bool]] = {
     "a": ("1 instance, memory", 1, False),
@@ -18,12 +17,13 @@ CONFIGS: dict[str, tuple[str, int, bool]] = {
 }
 
 
-class Cluster:
+class Cluster(ProcessGroup):
     """``instances`` service processes, on Redis under ``prefix`` when ``redis_url`` is set."""
 
     def __init__(
         self, args: argparse.Namespace, instances: int, redis_url: str, prefix: str, logs: Path
     ) -> None:
+        super().__init__()
         self.ports = [free_port() for _ in range(instances)]
         self.urls = [f"http://127.0.0.1:{port}" for port in self.ports]
         self.env = {
@@ -44,7 +44,6 @@ class Cluster:
             self.env["AGENT_REDIS_PREFIX"] = prefix
         self.logs = [logs / f"instance{n}.log" for n in range(instances)]
         self.pids: list[int] = []
-        self._stack = contextlib.ExitStack()
 
     def log_tail(self, lines: int = 15) -> str:
         """The last lines each instance wrote."""
@@ -55,30 +54,14 @@ class Cluster:
                 parts.append(f"--- {path.name}\n" + "\n".join(tail))
         return "\n".join(parts)
 
-    async def __aenter__(self) -> Cluster:
-        try:
-            children = [
-                self._stack.enter_context(
-                    process(
-                        [sys.executable, "-m", "service", "--port", str(port)], self.env, log=log, grace=15
-                    )
-                )
-                for port, log in zip(self.ports, self.logs, strict=True)
-            ]
-            self.pids = [child.pid for child in children]
-            async with asyncio.TaskGroup() as waits:  # the first to fail stops the others
-                for url, child in zip(self.urls, children, strict=True):
-                    waits.create_task(wait_until_up(url + "/healthz", child=child))
-        except BaseExceptionGroup as group:
-            self._stack.close()
-            raise group.exceptions[0] from None
-        except BaseException:
-            self._stack.close()
-            raise
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._stack.close()
+    def launch(self) -> list[tuple[str, subprocess.Popen[bytes]]]:
+        """Start the instances."""
+        children = [
+            self.start([sys.executable, "-m", "service", "--port", str(port)], self.env, log=log, grace=15)
+            for port, log in zip(self.ports, self.logs, strict=True)
+        ]
+        self.pids = [child.pid for child in children]
+        return [(url + "/healthz", child) for url, child in zip(self.urls, children, strict=True)]
 
 
 class Redis:
