@@ -36,7 +36,7 @@ from benchlib.api import client_session, fill_session, new_session, poll_all  # 
 from benchlib.procs import Meter, free_port, process, raise_open_file_limit, rss_bytes, wait_until_up  # noqa: E402
 from benchlib.stack import ServiceStack  # noqa: E402
 from benchlib.stats import spread  # noqa: E402
-from benchlib.streams import count_ids, open_idle_sse, sse_replay  # noqa: E402
+from benchlib.streams import count_id_lines, open_idle_sse, sse_replay  # noqa: E402
 
 from service.loadtest.sse import read_batches  # noqa: E402
 
@@ -165,7 +165,7 @@ async def replay(args: argparse.Namespace) -> dict[str, Any]:
                         with Meter(pid) as meter:
                             counts = await asyncio.gather(
                                 *(
-                                    sse_replay(http, url, headers, count_ids)
+                                    sse_replay(http, url, headers, count_id_lines)
                                     for _ in range(args.replay_subscribers)
                                 )
                             )

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib.api import client_session, create_session, fill_session  # noqa: E402
 from benchlib.procs import Meter, raise_open_file_limit, rss_bytes  # noqa: E402
 from benchlib.stack import ServiceStack  # noqa: E402
-from benchlib.streams import count_ids, open_idle_ws, sse_replay, ws_replay  # noqa: E402
+from benchlib.streams import count_id_lines, open_idle_ws, sse_replay, ws_replay  # noqa: E402
 
 
 async def fan_out(
@@ -44,7 +44,7 @@ async def fan_out(
                 if transport == "sse":
                     counts = await asyncio.gather(
                         *(
-                            sse_replay(http, events_url, {"Last-Event-ID": "0"}, count_ids)
+                            sse_replay(http, events_url, {"Last-Event-ID": "0"}, count_id_lines)
                             for _ in range(args.subscribers)
                         )
                     )
