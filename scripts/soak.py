@@ -53,6 +53,7 @@ class Tally:
     open_streams: int = 0
 
     def error(self, kind: str) -> None:
+        """Count one client error of ``kind``."""
         self.errors[kind] = self.errors.get(kind, 0) + 1
 
 
