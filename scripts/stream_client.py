@@ -4,8 +4,7 @@
     python scripts/stream_client.py --url http://127.0.0.1:8080 --max-turns 5 "Tell me a story"
 
 Tokens are printed as they arrive, tool calls and results as they happen, then the totals.
-Only the standard library is used (and the checkout's SSE reader, ``service/loadtest/sse.py``,
-itself standard library only), so it runs anywhere Python 3.11 does.
+Only the standard library is used, so it runs anywhere Python 3.11 does.
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+# The checkout's SSE reader: standard library only, like this script.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from service.loadtest.sse import iter_events  # noqa: E402
 
