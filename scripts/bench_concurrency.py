@@ -23,104 +23,49 @@ import json
 import statistics
 import sys
 import time
-from contextlib import ExitStack
-from dataclasses import dataclass
+from contextlib import AsyncExitStack
 from pathlib import Path
 
-import aiohttp
-
-# The helpers live in _benchlib.py, shared with bench_sessions.py; bench_fanout.py and bench_ws.py
-# import them from here, so the names stay importable from this module.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _benchlib import ROOT, free_port, percentile, process, wait_until_up  # noqa: E402, F401
-
-
-@dataclass
-class RunTiming:
-    """One run as the client saw it."""
-
-    message: str
-    started: float
-    first_event: float
-    finished: float
-    events: int
-    ok: bool
-
-
-async def one_run(session: aiohttp.ClientSession, url: str, message: str) -> RunTiming:
-    """POST /agent/stream and time it."""
-    started = time.monotonic()
-    first_event = 0.0
-    events = 0
-    last_type = None
-    async with session.post(url + "/agent/stream", json={"message": message}) as response:
-        response.raise_for_status()
-        async for raw in response.content:
-            if raw.startswith(b"data:"):
-                if not first_event:
-                    first_event = time.monotonic()
-                events += 1
-                last_type = json.loads(raw[5:])["type"]
-    return RunTiming(message, started, first_event, time.monotonic(), events, last_type == "done")
+from benchlib.api import client_session  # noqa: E402
+from benchlib.procs import wait_until_up  # noqa: E402
+from benchlib.stack import ServiceStack  # noqa: E402
+from benchlib.stats import spread  # noqa: E402
+from benchlib.streams import AgentRun, agent_stream  # noqa: E402
 
 
 async def bench(args: argparse.Namespace, extra_env: dict[str, str] | None = None) -> dict[str, object]:
     """Run the scenario (service settings ``extra_env`` added) and return the figures."""
-    emulator_port, service_port = free_port(), free_port()
-    emulator_url = f"http://127.0.0.1:{emulator_port}"
-    service_url = f"http://127.0.0.1:{service_port}"
-    emulator_cmd = [
-        sys.executable,
-        "-m",
-        "service.emulator",
-        "--port",
-        str(emulator_port),
-        "--ttft-ms",
-        str(args.ttft_ms),
-        "--tokens-per-second",
-        str(args.tps),
-    ]
-    service_env = {
-        "AGENT_PROVIDER": "bedrock",
-        "AGENT_PORT": str(service_port),
+    emulator_args = ["--ttft-ms", str(args.ttft_ms), "--tokens-per-second", str(args.tps)]
+    # With --provider openai the same emulator answers over its OpenAI-compatible route, as Bedrock
+    # Access Gateway would.
+    env = {
+        "AGENT_PROVIDER": args.provider,
         "AGENT_MAX_CONCURRENT_RUNS": str(max(256, args.runs)),
-        "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": emulator_url,
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ACCESS_KEY_ID": "bench",
-        "AWS_SECRET_ACCESS_KEY": "bench",
         **(extra_env or {}),
     }
-    if args.provider == "openai":
-        # The same emulator, over its OpenAI-compatible route, as Bedrock Access Gateway would be.
-        service_env["AGENT_PROVIDER"] = "openai"
-        service_env["AGENT_OPENAI_BASE_URL"] = emulator_url + "/v1"
-    connector = aiohttp.TCPConnector(limit=0)
-    with ExitStack() as stack:
+    async with AsyncExitStack() as processes:
         if args.attach:
             # Use a service and emulator already running (to profile them, say).
             service_url, emulator_url = args.attach.split(",")
+            await wait_until_up(emulator_url + "/_emulator/records")
+            await wait_until_up(service_url + "/healthz")
         else:
-            stack.enter_context(process(emulator_cmd, {}))
-            stack.enter_context(process([sys.executable, "-m", "service"], service_env))
-        await wait_until_up(emulator_url + "/_emulator/records")
-        await wait_until_up(service_url + "/healthz")
-        async with aiohttp.ClientSession(
-            connector=connector, timeout=aiohttp.ClientTimeout(total=600)
-        ) as session:
+            stack = await processes.enter_async_context(ServiceStack(env, emulator_args=emulator_args))
+            service_url, emulator_url = stack.url, stack.emulator_url
+        async with client_session(total=600) as session:
+
+            async def one_run(message: str) -> AgentRun:
+                return await agent_stream(session, service_url, AgentRun(message))
+
             # warm up boto3's connection pool and the code paths
-            await asyncio.gather(
-                *(one_run(session, service_url, f"warm {n} [emu:tokens=5]") for n in range(args.warm))
-            )
+            await asyncio.gather(*(one_run(f"warm {n} [emu:tokens=5]") for n in range(args.warm)))
             singles = [
-                await one_run(session, service_url, f"single {n} [emu:tokens={args.tokens}]")
-                for n in range(args.single_repeats)
+                await one_run(f"single {n} [emu:tokens={args.tokens}]") for n in range(args.single_repeats)
             ]
             load_start = time.monotonic()
             many = await asyncio.gather(
-                *(
-                    one_run(session, service_url, f"load {n} [emu:tokens={args.tokens}]")
-                    for n in range(args.runs)
-                )
+                *(one_run(f"load {n} [emu:tokens={args.tokens}]") for n in range(args.runs))
             )
             load_end = time.monotonic()
             async with session.get(service_url + f"/healthz?lag_since={load_start}") as response:
@@ -147,14 +92,7 @@ async def bench(args: argparse.Namespace, extra_env: dict[str, str] | None = Non
         "concurrent_wall_s": round(concurrent, 3),
         "ratio": round(concurrent / single, 3),
         "loop_lag_ms": lag,
-        "first_token_added_ms": {
-            "p50": round(percentile(added, 0.5), 2),
-            "p99": round(percentile(added, 0.99), 2),
-            "max": round(max(added), 2),
-            "samples": len(added),
-        }
-        if added
-        else None,
+        "first_token_added_ms": {**spread(added), "samples": len(added)} if added else None,
     }
 
 

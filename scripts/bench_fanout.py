@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import json
 import os
-import resource
 import statistics
 import sys
 import tempfile
@@ -32,69 +31,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _benchlib import free_port, percentile, process, wait_until_up  # noqa: E402
-from bench_ws import cpu_seconds, fill_session, rss_bytes  # noqa: E402
+from benchlib.api import client_session, fill_session, new_session, poll_all  # noqa: E402
+from benchlib.procs import Meter, free_port, process, raise_open_file_limit, rss_bytes, wait_until_up  # noqa: E402
+from benchlib.stack import ServiceStack  # noqa: E402
+from benchlib.stats import spread  # noqa: E402
+from benchlib.streams import count_id_lines, open_idle_sse, sse_replay  # noqa: E402
 
+from service.loadtest.sse import read_batches  # noqa: E402
 
-def raise_fd_limit(wanted: int) -> None:
-    """Raise this process's open-file limit (children inherit it)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < wanted:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, wanted), hard))
-
-
-class Stack:
-    """The emulator and a service, started for one scenario."""
-
-    def __init__(self, emulator_args: list[str], extra_env: dict[str, str] | None = None) -> None:
-        self.emulator_port, self.service_port = free_port(), free_port()
-        self.emulator_url = f"http://127.0.0.1:{self.emulator_port}"
-        self.url = f"http://127.0.0.1:{self.service_port}"
-        self.emulator_cmd = [
-            sys.executable,
-            "-m",
-            "service.emulator",
-            "--port",
-            str(self.emulator_port),
-            *emulator_args,
-        ]
-        self.env = {
-            "AGENT_PROVIDER": "bedrock",
-            "AGENT_PORT": str(self.service_port),
-            "AGENT_MAX_SESSIONS": "100000",
-            "AGENT_MERGE_DELTAS_AFTER": "1000000",
-            "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": self.emulator_url,
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_ACCESS_KEY_ID": "bench",
-            "AWS_SECRET_ACCESS_KEY": "bench",
-            **(extra_env or {}),
-        }
-
-    async def __aenter__(self) -> Stack:
-        self._emulator = process(self.emulator_cmd, {})
-        self._emulator.__enter__()
-        self._service = process([sys.executable, "-m", "service"], self.env)
-        self.pid = self._service.__enter__().pid
-        await wait_until_up(self.emulator_url + "/_emulator/records")
-        await wait_until_up(self.url + "/healthz")
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._service.__exit__(None, None, None)
-        self._emulator.__exit__(None, None, None)
-
-
-async def new_session(http: aiohttp.ClientSession, url: str, content: str | None = None) -> str:
-    """A session, with a query started on it when ``content`` is given."""
-    async with http.post(url + "/sessions", json={}) as response:
-        session_id = (await response.json())["id"]
-    if content is not None:
-        async with http.post(url + f"/sessions/{session_id}/messages", json={"content": content}) as response:
-            response.raise_for_status()
-    return session_id
+# Each scenario's service: room for the idle sessions, every event sent as it is (no merging).
+ENV = {"AGENT_MAX_SESSIONS": "100000", "AGENT_MERGE_DELTAS_AFTER": "1000000"}
 
 
 # -- live ---------------------------------------------------------------------------------------
@@ -102,55 +49,41 @@ async def new_session(http: aiohttp.ClientSession, url: str, content: str | None
 
 async def live(args: argparse.Namespace) -> dict[str, Any]:
     """1,000 subscribers on one paced answer: append-to-client latency."""
-    raise_fd_limit(args.subscribers * 2 + 1024)
-    async with Stack([]) as stack:
-        connector = aiohttp.TCPConnector(limit=0)
-        async with aiohttp.ClientSession(
-            connector=connector, timeout=aiohttp.ClientTimeout(total=600)
-        ) as http:
+    raise_open_file_limit(args.subscribers * 2 + 1024)
+    async with ServiceStack(ENV) as stack:
+        async with client_session(total=600) as http:
             session_id = await new_session(
                 http, stack.url, f"live [emu:tokens={args.tokens}] [emu:tps={args.tps}] [emu:ttft=3000]"
             )
             latencies: list[float] = []
-            connected = 0
-            all_connected = asyncio.Event()
 
             async def parse(index: int) -> int:
-                nonlocal connected
                 count = 0
                 async with http.get(stack.url + f"/sessions/{session_id}/events") as response:
-                    connected += 1
-                    if connected == args.subscribers:
-                        all_connected.set()
                     # Every k-th subscriber parses, so the sample spans the whole connection
                     # order: the service writes an event to its subscribers one after another.
                     if index % max(1, args.subscribers // args.parsed):
                         while await response.content.readany():
                             pass
                         return 0
-                    async for line in response.content:
-                        if line.startswith(b"data:") and b'"assistant_text"' in line:
-                            now = time.time()
-                            latencies.append((now - json.loads(line[5:])["ts"]) * 1000)
-                            count += 1
+                    async for batch in read_batches(response.content):
+                        now = time.time()
+                        for name, _, data in batch:
+                            if name == "assistant_text":
+                                latencies.append((now - json.loads(data)["ts"]) * 1000)
+                                count += 1
                 return count
 
-            cpu_before = cpu_seconds(stack.pid)
-            counts = await asyncio.gather(*(parse(i) for i in range(args.subscribers)))
-            cpu = cpu_seconds(stack.pid) - cpu_before
-    delivered = sum(counts)
+            with Meter(stack.pid) as meter:
+                counts = await asyncio.gather(*(parse(i) for i in range(args.subscribers)))
     return {
         "subscribers": args.subscribers,
         "parsed_subscribers": args.parsed,
         "tokens": args.tokens,
         "tokens_per_second": args.tps,
-        "text_events_read_by_parsers": delivered,
-        "latency_ms": {
-            "p50": round(percentile(latencies, 0.5), 2),
-            "p99": round(percentile(latencies, 0.99), 2),
-            "max": round(max(latencies), 2),
-        },
-        "server_cpu_s": round(cpu, 2),
+        "text_events_read_by_parsers": sum(counts),
+        "latency_ms": spread(latencies),
+        "server_cpu_s": round(meter.server_cpu, 2),
     }
 
 
@@ -159,28 +92,16 @@ async def live(args: argparse.Namespace) -> dict[str, Any]:
 
 async def idle(args: argparse.Namespace) -> dict[str, Any]:
     """Many SSE connections waiting for a first token: memory per connection."""
-    raise_fd_limit(args.idle * 2 + 1024)
-    async with Stack([]) as stack:
-        connector = aiohttp.TCPConnector(limit=0)
-        async with aiohttp.ClientSession(
-            connector=connector, timeout=aiohttp.ClientTimeout(total=None)
-        ) as http:
+    raise_open_file_limit(args.idle * 2 + 1024)
+    async with ServiceStack(ENV) as stack:
+        async with client_session() as http:
             sessions = [
                 await new_session(http, stack.url, f"wait {n} [emu:ttft=600000]")
                 for n in range(args.idle_sessions)
             ]
             before = rss_bytes(stack.pid)
-            responses = []
-
-            async def open_one(n: int) -> aiohttp.ClientResponse:
-                response = await http.get(stack.url + f"/sessions/{sessions[n % len(sessions)]}/events")
-                await response.content.readline()  # the status line arrived: the stream is set up
-                return response
-
-            for start in range(0, args.idle, 1000):
-                responses += await asyncio.gather(
-                    *(open_one(n) for n in range(start, min(args.idle, start + 1000)))
-                )
+            urls = [stack.url + f"/sessions/{session_id}/events" for session_id in sessions]
+            responses = await open_idle_sse(http, urls, args.idle)
             after = rss_bytes(stack.pid)
             for response in responses:
                 response.close()
@@ -217,32 +138,19 @@ def serve_ceiling(port: int, path: str) -> None:
     )
 
 
-async def read_replay(http: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> int:
-    """Read one SSE replay to its end; the number of events."""
-    count = 0
-    async with http.get(url, headers=headers) as response:
-        async for line in response.content:
-            if line.startswith(b"id:"):
-                count += 1
-    return count
-
-
 async def replay(args: argparse.Namespace) -> dict[str, Any]:
     """Replay of ~1,000 events to 100 subscribers: the service against the bare ceiling."""
-    async with Stack([]) as stack:
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+    async with ServiceStack(ENV) as stack:
+        async with client_session() as http:
             session_id, _ = await fill_session(http, stack.url, args.replay_tokens)
-            async with http.get(
-                stack.url + f"/sessions/{session_id}/events/poll?since_index=0&limit=100000"
-            ) as response:
-                polled = (await response.json())["events"]
+            polled = await poll_all(http, stack.url, session_id)
             events = [(e["id"], e["type"], json.dumps(e, separators=(",", ":"))) for e in polled]
             with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
                 json.dump(events, handle)
             ceiling_port = free_port()
             ceiling_cmd = [sys.executable, __file__, "--serve-ceiling", str(ceiling_port), handle.name]
-            with process(ceiling_cmd, {}) as ceiling:
-                await wait_until_up(f"http://127.0.0.1:{ceiling_port}/healthz")
+            with process(ceiling_cmd) as ceiling:
+                await wait_until_up(f"http://127.0.0.1:{ceiling_port}/healthz", child=ceiling)
                 targets = {
                     "service": (
                         stack.url + f"/sessions/{session_id}/events",
@@ -254,17 +162,19 @@ async def replay(args: argparse.Namespace) -> dict[str, Any]:
                 rates: dict[str, list[tuple[float, float]]] = {name: [] for name in targets}
                 for _ in range(args.rounds):
                     for name, (url, headers, pid) in targets.items():
-                        cpu_before, started = cpu_seconds(pid), time.monotonic()
-                        counts = await asyncio.gather(
-                            *(read_replay(http, url, headers) for _ in range(args.replay_subscribers))
-                        )
-                        elapsed, cpu = time.monotonic() - started, cpu_seconds(pid) - cpu_before
+                        with Meter(pid) as meter:
+                            counts = await asyncio.gather(
+                                *(
+                                    sse_replay(http, url, headers, count_id_lines)
+                                    for _ in range(args.replay_subscribers)
+                                )
+                            )
                         delivered = sum(counts)
                         if delivered != len(events) * args.replay_subscribers:
                             raise RuntimeError(
                                 f"{name}: {delivered} events, expected {len(events) * args.replay_subscribers}"
                             )
-                        rates[name].append((delivered / elapsed, cpu / delivered * 1e6))
+                        rates[name].append((delivered / meter.wall, meter.server_cpu / delivered * 1e6))
             os.unlink(handle.name)
     result: dict[str, Any] = {
         "events_in_log": len(events),

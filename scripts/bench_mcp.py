@@ -29,8 +29,11 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _benchlib import free_port, percentile, process, wait_until_up  # noqa: E402
-from bench_ws import cpu_seconds  # noqa: E402
+from benchlib.procs import cpu_seconds  # noqa: E402
+from benchlib.stack import ServiceStack  # noqa: E402
+from benchlib.stats import percentile  # noqa: E402
+
+from service.loadtest.sse import read_events  # noqa: E402
 
 
 async def one_client(url: str, queries: int, tokens: int, tps: int, delays: list[float]) -> int:
@@ -65,8 +68,8 @@ async def one_client(url: str, queries: int, tokens: int, tps: int, delays: list
 
 
 async def one_raw_client(url: str, queries: int, tokens: int, tps: int, delays: list[float]) -> int:
-    """The same as :func:`one_client` with a minimal hand-written MCP client on aiohttp (parses SSE
-    lines and nothing more), so that the figure is the service's, not a heavy client's."""
+    """The same as :func:`one_client` with a minimal hand-written MCP client on aiohttp (reads SSE
+    and nothing more), so that the figure is the service's, not a heavy client's."""
     import aiohttp
 
     accept = {"Accept": "application/json, text/event-stream"}
@@ -89,6 +92,7 @@ async def one_raw_client(url: str, queries: int, tokens: int, tps: int, delays: 
         await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
         await rpc("logging/setLevel", {"level": "info"}, headers)
         stream = await http.get(url, headers={"Accept": "text/event-stream", "Mcp-Session-Id": mcp_session})
+        events = read_events(stream.content)  # one reader for every query: the stream goes on
         session_id = None
         try:
             for n in range(queries):
@@ -99,11 +103,11 @@ async def one_raw_client(url: str, queries: int, tokens: int, tps: int, delays: 
                     "tools/call", {"name": "session_message", "arguments": arguments}, headers
                 )
                 session_id = reply["result"]["structuredContent"]["session_id"]
-                async for line in stream.content:
-                    if not line.startswith(b"data: {"):
+                async for _, _, message in events:
+                    if not message.startswith("{"):
                         continue
                     arrived = time.time()
-                    data = json.loads(line[6:])["params"]["data"]
+                    data = json.loads(message)["params"]["data"]
                     delays.append(arrived - data["ts"])
                     received += 1
                     if data["type"] in ("done", "error"):
@@ -116,6 +120,7 @@ async def one_raw_client(url: str, queries: int, tokens: int, tps: int, delays: 
 async def round_of(
     url: str, clients: int, args: argparse.Namespace, pid: int, emulator_pid: int
 ) -> dict[str, Any]:
+    """``clients`` clients at once: the delay of every notification, and each process's CPU use."""
     delays: list[float] = []
     cpu_before, started = cpu_seconds(pid), time.monotonic()
     emulator_before = cpu_seconds(emulator_pid)
@@ -142,30 +147,13 @@ async def round_of(
 
 
 async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
-    emulator_port, service_port = free_port(), free_port()
-    emulator_url = f"http://127.0.0.1:{emulator_port}"
-    url = f"http://127.0.0.1:{service_port}"
-    service_env = {
-        "AGENT_PROVIDER": args.provider,
-        "AGENT_PORT": str(service_port),
-        "AGENT_MCP_MAX_SESSIONS": "100000",
-        "AGENT_OPENAI_BASE_URL": emulator_url + "/v1",
-        "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": emulator_url,
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ACCESS_KEY_ID": "bench",
-        "AWS_SECRET_ACCESS_KEY": "bench",
-    }
-    emulator_cmd = [sys.executable, "-m", "service.emulator", "--port", str(emulator_port)]
-    with (
-        process(emulator_cmd, {}) as emulator,
-        process([sys.executable, "-m", "service"], service_env) as service,
-    ):
-        await wait_until_up(emulator_url + "/_emulator/records")
-        await wait_until_up(url + "/healthz")
-        await one_client(url + "/mcp", 1, 5, 0, [])  # warm-up: imports, connections, first query
+    """Start the processes, warm up, and run a round for each number of clients."""
+    env = {"AGENT_PROVIDER": args.provider, "AGENT_MCP_MAX_SESSIONS": "100000"}
+    async with ServiceStack(env) as stack:
+        await one_client(stack.url + "/mcp", 1, 5, 0, [])  # warm-up: imports, connections, first query
         results = []
         for clients in args.clients:
-            result = await round_of(url + "/mcp", clients, args, service.pid, emulator.pid)
+            result = await round_of(stack.url + "/mcp", clients, args, stack.pid, stack.emulator_pid)
             results.append(result)
             if not args.json:
                 print(
@@ -179,6 +167,7 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def main() -> None:
+    """Command line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 10, 50])
     parser.add_argument("--queries", type=int, default=3, help="questions each client asks in turn")

@@ -1,6 +1,6 @@
 """Load test a running service: ``python scripts/loadtest.py --help`` (installed as ``agentstream-load``).
 
-The tool lives in the package, ``service/loadtest.py``, so the console script works from a wheel too.
+The tool lives in the package, ``service/loadtest/``, so the console script works from a wheel too.
 """
 
 import sys

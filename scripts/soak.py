@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import json
 import random
-import resource
 import sys
 import tempfile
 import time
@@ -32,7 +31,11 @@ from typing import Any
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _benchlib import free_port, process, wait_until_up  # noqa: E402
+from benchlib.api import client_session  # noqa: E402
+from benchlib.procs import raise_open_file_limit  # noqa: E402
+from benchlib.stack import ServiceStack  # noqa: E402
+
+from service.loadtest.sse import read_batches  # noqa: E402
 
 BAD_LOG_LINES = ("Task was destroyed but it is pending", "exception was never retrieved", "Traceback")
 
@@ -50,10 +53,12 @@ class Tally:
     open_streams: int = 0
 
     def error(self, kind: str) -> None:
+        """Count one client error of ``kind``."""
         self.errors[kind] = self.errors.get(kind, 0) + 1
 
 
 def proc_stats(pid: int) -> dict[str, int]:
+    """A process's resident memory (KiB), threads and open file descriptors, from /proc."""
     status = Path(f"/proc/{pid}/status").read_text()
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
     return {
@@ -83,7 +88,15 @@ async def scrape(http: aiohttp.ClientSession, url: str) -> dict[str, float]:
     return out
 
 
+def abort(response: aiohttp.ClientResponse) -> None:
+    """Drop the connection under ``response`` as a client that vanished would: no goodbye."""
+    if response.connection is not None and response.connection.transport is not None:
+        response.connection.transport.abort()
+
+
 class Soak:
+    """The run: the conversations, the followers, the samples and the verdict."""
+
     def __init__(self, args: argparse.Namespace, url: str) -> None:
         self.args = args
         self.url = url
@@ -150,6 +163,7 @@ class Soak:
         return event_id
 
     async def sse_follower(self, http: aiohttp.ClientSession, slot: int) -> None:
+        """Follow a slot's session over SSE, dropping and resuming from the last id."""
         last, session_id = 0, self.sessions[slot]
         while not self.stop.is_set():
             if self.sessions[slot] != session_id:  # the conversation moved on: follow the new one
@@ -184,23 +198,18 @@ class Soak:
 
     async def _read_sse(self, response: aiohttp.ClientResponse, deadline: float, last: int) -> int:
         """Read until the stream ends or its time is up (then abort it); the last id applied."""
-        event_id: int | None = None
-        async for raw in response.content:
-            line = raw.decode().rstrip("\r\n")
-            if line.startswith("id: "):
-                event_id = int(line[4:])
-            elif line.startswith("data: ") and event_id is not None:
-                # A reader far behind gets adjacent text merged: the frame names its first id.
-                first_id = json.loads(line[6:]).get("first_id")
-                last = self.seen(last, event_id, first_id, "sse")
-                event_id = None
+        async for batch in read_batches(response.content):
+            for _, event_id, data in batch:
+                if event_id is not None:
+                    # A reader far behind gets adjacent text merged: the frame names its first id.
+                    last = self.seen(last, int(event_id), json.loads(data).get("first_id"), "sse")
             if time.monotonic() > deadline or self.stop.is_set():
-                if response.connection is not None and response.connection.transport is not None:
-                    response.connection.transport.abort()  # gone without a word
+                abort(response)  # gone without a word
                 break
         return last
 
     async def ws_follower(self, http: aiohttp.ClientSession, slot: int) -> None:
+        """Follow a slot's session over WebSocket, dropping and resubscribing from the last id."""
         last, session_id = 0, self.sessions[slot]
         while not self.stop.is_set():
             if self.sessions[slot] != session_id:
@@ -241,8 +250,7 @@ class Soak:
                         break
             finally:
                 self.tally.open_streams -= 1
-                if ws._response.connection is not None and ws._response.connection.transport is not None:
-                    ws._response.connection.transport.abort()  # gone without a close frame
+                abort(ws._response)  # gone without a close frame
                 await ws.close()
                 self.tally.reconnects += 1
 
@@ -270,7 +278,6 @@ class Soak:
         )
         session_id = reply["result"]["structuredContent"]["session_id"]
         cursor: str | None = None
-        pending: str | None = None
         asked = 0
         lasts: dict[str, int] = {}  # per agent session: ids are counted per session
         while not self.stop.is_set():
@@ -282,13 +289,13 @@ class Soak:
                 async with http.get(self.url + "/mcp", headers=stream_headers) as response:
                     self.tally.open_streams += 1
                     try:
-                        async for raw in response.content:
-                            line = raw.decode().rstrip("\r\n")
-                            if line.startswith("id: "):
-                                pending = line[4:]  # applied with its data, not before
-                            elif line.startswith("data: {"):
-                                cursor = pending
-                                data = json.loads(line[6:])["params"]["data"]
+                        async for batch in read_batches(response.content):
+                            for _, event_id, message in batch:
+                                if not message.startswith("{"):
+                                    continue
+                                if event_id is not None:
+                                    cursor = event_id
+                                data = json.loads(message)["params"]["data"]
                                 if "id" in data:
                                     sid = data["session_id"]
                                     lasts[sid] = self.seen(lasts.get(sid, 0), data["id"], None, "mcp")
@@ -306,11 +313,7 @@ class Soak:
                                     )
                                     session_id = reply["result"]["structuredContent"]["session_id"]
                             if time.monotonic() > deadline or self.stop.is_set():
-                                if (
-                                    response.connection is not None
-                                    and response.connection.transport is not None
-                                ):
-                                    response.connection.transport.abort()
+                                abort(response)
                                 break
                     finally:
                         self.tally.open_streams -= 1
@@ -322,11 +325,10 @@ class Soak:
     # --- the run ---
 
     async def run(self, pid: int) -> dict[str, Any]:
+        """Soak for ``--duration`` seconds, sampling the service ``pid``; the verdict's figures."""
         args = self.args
-        connector = aiohttp.TCPConnector(limit=0, force_close=False)
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
         samples: list[dict[str, Any]] = []
-        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
+        async with client_session() as http:
             for _ in range(args.sessions):
                 async with http.post(self.url + "/sessions", json={}) as response:
                     self.sessions.append((await response.json())["id"])
@@ -376,6 +378,7 @@ class Soak:
         return self.verdict(samples)
 
     def verdict(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
+        """Growth over the second half of the samples, and what the clients saw."""
         second_half = samples[len(samples) // 2 :]
         first, last = second_half[0], second_half[-1]
 
@@ -400,38 +403,21 @@ class Soak:
 
 
 async def main_async(args: argparse.Namespace) -> int:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = min(hard, args.streams * 3 + 4096)
-    if soft < want:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
-    emulator_port, service_port = free_port(), free_port()
-    emulator_url = f"http://127.0.0.1:{emulator_port}"
-    url = f"http://127.0.0.1:{service_port}"
+    """Start the processes, soak, read the service's log, print the verdict; the exit status."""
+    raise_open_file_limit(args.streams * 3 + 4096)
     env = {
-        "AGENT_PROVIDER": "bedrock",
-        "AGENT_PORT": str(service_port),
         "AGENT_MAX_SESSIONS": "100000",
         "AGENT_MCP_MAX_SESSIONS": "100000",
         "AGENT_SESSION_TTL_S": str(args.session_ttl),
-        "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": emulator_url,
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ACCESS_KEY_ID": "soak",
-        "AWS_SECRET_ACCESS_KEY": "soak",
         **({"MALLOC_ARENA_MAX": str(args.malloc_arena_max)} if args.malloc_arena_max else {}),
         **({"AGENT_GC_TUNING": "false"} if args.no_gc_tuning else {}),
     }
-    log_file = tempfile.NamedTemporaryFile("w+b", prefix="soak-service-", suffix=".log", delete=False)
-    log_path = Path(log_file.name)
+    stack = ServiceStack(env, logs=Path(tempfile.mkdtemp(prefix="soak-")))
+    log_path = stack.service_log
+    assert log_path is not None
     print(f"service log: {log_path}", flush=True)
-    emulator_cmd = [sys.executable, "-m", "service.emulator", "--port", str(emulator_port)]
-    raise_fds = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))  # noqa: E731
-    with (
-        process(emulator_cmd, {}),
-        process([sys.executable, "-m", "service"], env, preexec_fn=raise_fds, log=log_file) as service,
-    ):
-        await wait_until_up(emulator_url + "/_emulator/records")
-        await wait_until_up(url + "/healthz")
-        result = await Soak(args, url).run(service.pid)
+    async with stack:
+        result = await Soak(args, stack.url).run(stack.pid)
     # Read once the service has stopped, so that what its shutdown logged counts too.
     bad_lines = [
         line
@@ -449,6 +435,7 @@ async def main_async(args: argparse.Namespace) -> int:
 
 
 def main() -> None:
+    """Command line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=float, default=600, help="seconds")
     parser.add_argument("--streams", type=int, default=2000)

@@ -15,7 +15,12 @@ import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, TextIO
+
+# The checkout's SSE reader: standard library only, like this script.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from service.loadtest.sse import iter_events  # noqa: E402
 
 
 def events(url: str, message: str, max_turns: int | None, api_key: str | None) -> Iterator[dict[str, Any]]:
@@ -30,14 +35,8 @@ def events(url: str, message: str, max_turns: int | None, api_key: str | None) -
         url.rstrip("/") + "/agent/stream", data=json.dumps(body).encode(), headers=headers, method="POST"
     )
     with urllib.request.urlopen(request) as response:
-        data: list[str] = []
-        for raw in response:
-            line = raw.decode("utf-8").rstrip("\r\n")
-            if line.startswith("data:"):
-                data.append(line[5:].lstrip(" "))
-            elif not line and data:
-                yield json.loads("\n".join(data))
-                data = []
+        for _, _, data in iter_events(response):
+            yield json.loads(data)
 
 
 def show(event: dict[str, Any], out: TextIO) -> None:
