@@ -45,7 +45,7 @@ Scenarios (``--only NAME``):
    a stalled reader's backlog fits in the kernel's socket buffers): the service's RSS growth, the
    normal subscribers' latency with and without it, and whether the service still holds it.
 
-``--baseline GIT_REF`` also runs ``replay`` and ``live`` against the service as of that ref
+``--baseline GIT_REF`` also runs ``replay``, ``ws`` and ``live`` against the service as of that ref
 (a temporary ``git worktree``, ``python -m service`` with that tree on ``PYTHONPATH``, the same
 venv and the same emulator), in the same alternation, and prints current / baseline ratios.
 """
@@ -99,7 +99,7 @@ def main() -> None:
         "--rounds", type=int, help="alternating rounds per scenario (default 3, 1 with --quick)"
     )
     parser.add_argument("--quick", action="store_true", help="a fast smoke version of every scenario")
-    parser.add_argument("--baseline", metavar="GIT_REF", help="also run replay and live against this ref")
+    parser.add_argument("--baseline", metavar="GIT_REF", help="also run replay, ws and live against this ref")
     parser.add_argument(
         "--emulator-cpu",
         type=int,
@@ -149,7 +149,7 @@ def main() -> None:
 def run_scenarios(args: argparse.Namespace, cfg: Config, names: list[str], result: dict[str, Any]) -> None:
     """Run the chosen scenarios (with the baseline's worktree around them when asked)."""
     with contextlib.ExitStack() as stack:
-        if args.baseline and {"replay", "live"} & set(names):
+        if args.baseline and {"replay", "ws", "live"} & set(names):
             cfg.baseline = stack.enter_context(baseline_tree(args.baseline))
             cfg.baseline_ref = args.baseline
             cfg.notes.append(f"baseline: the service as of {args.baseline} (a temporary worktree)")

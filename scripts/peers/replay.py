@@ -164,6 +164,10 @@ async def scenario_ws(cfg: Config) -> dict[str, Any]:
         targets: dict[str, tuple[int, int, Callable[[], Awaitable[int]]]] = {
             SERVICE: (service.pid, last_id, lambda: ws_replay(http, service.url + "/ws", session_id))
         }
+        if cfg.baseline is not None:
+            base = await stack.enter_async_context(service_stack(cfg, NO_MERGE, source=cfg.baseline))
+            base_session, base_last = await fill_session(http, base.url, cfg.replay_tokens)
+            targets[BASELINE] = (base.pid, base_last, lambda: ws_replay(http, base.url + "/ws", base_session))
         if installed("websockets"):
             peer_file = write_json(directory, "peer.json", {"ws_frames": frames})
             url, pid = stack.enter_context(peer_process(cfg, "websockets", peer_file))
@@ -172,6 +176,12 @@ async def scenario_ws(cfg: Config) -> dict[str, Any]:
         result["targets"] = await replay_throughput(cfg, targets, cfg.replay_subscribers)
         if not installed("websockets"):
             result["targets"][WEBSOCKETS] = "not installed"
-    rate = {name: v["events_per_s"] for name, v in result["targets"].items() if isinstance(v, dict)}
+    t = result["targets"]
+    rate = {name: v["events_per_s"] for name, v in t.items() if isinstance(v, dict)}
     result["ratios"] = {"service/websockets": ratio(rate.get(SERVICE, 0), rate.get(WEBSOCKETS, 0))}
+    if BASELINE in rate:
+        result["ratios"]["current/baseline"] = ratio(rate[SERVICE], rate[BASELINE])
+        result["ratios"]["current/baseline cpu_us_per_event"] = ratio(
+            t[SERVICE]["cpu_us_per_event"], t[BASELINE]["cpu_us_per_event"]
+        )
     return result
