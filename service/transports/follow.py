@@ -18,7 +18,7 @@ leaves).
 from __future__ import annotations
 
 import enum
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal
@@ -75,15 +75,25 @@ class Follower:
     Use as ``async with Follower(log, after) as batches: async for batch in batches: ...``.
     With ``idle_timeout``, an empty batch comes whenever nothing was appended for that long, so a
     transport can send a keep-alive. :attr:`last_id` is the id of the last entry handed out.
+    ``on_wait(True)`` is called when the follower starts waiting on the log for what comes next, and
+    ``on_wait(False)`` when it stops: only then may a shutdown interrupt it without cutting anything
+    short (the SSE streams' drain relies on it).
     """
 
     def __init__(
-        self, log: EventLog, after: int, *, stop: Stop = Stop.NEVER, idle_timeout: float | None = None
+        self,
+        log: EventLog,
+        after: int,
+        *,
+        stop: Stop = Stop.NEVER,
+        idle_timeout: float | None = None,
+        on_wait: Callable[[bool], None] | None = None,
     ) -> None:
         self.log = log
         self.last_id = after
         self.stop = stop
         self.idle_timeout = idle_timeout
+        self._on_wait = on_wait
         self.ending: Ending | None = None
         self._batches = self._follow()
 
@@ -98,7 +108,11 @@ class Follower:
     async def _follow(self) -> AsyncGenerator[list[LogEntry], None]:
         subscription = self.log.subscribe(self.last_id, idle_timeout=self.idle_timeout)
         try:
-            async for batch in subscription:
+            while True:
+                try:
+                    batch = await self._next(subscription)
+                except StopAsyncIteration:
+                    break
                 if not batch:
                     yield batch
                     continue
@@ -124,6 +138,16 @@ class Follower:
             )
         finally:
             await subscription.aclose()
+
+    async def _next(self, subscription: AsyncGenerator[list[LogEntry], None]) -> list[LogEntry]:
+        on_wait = self._on_wait
+        if on_wait is None:
+            return await anext(subscription)
+        on_wait(True)
+        try:
+            return await anext(subscription)
+        finally:
+            on_wait(False)
 
     def _cut(self, batch: list[LogEntry]) -> int | None:
         """The index of the terminal event this follower stops at, if the batch holds one."""

@@ -200,23 +200,23 @@ async def _follow(
     log = session.log
     settings = context.settings
     delivered = context.metrics.events_delivered.labels("sse")
-    follower = Follower(log, after, stop=Stop.AT_REST, idle_timeout=settings.heartbeat_interval_s)
-    # While this stream waits for its next batch, a shutdown may end it there (see _drain).
+    # While this stream waits on the log for its next batch, a shutdown may end it there (see
+    # _drain); only then, so nothing is cut short mid-write or mid-read.
     waiting = request.app[SESSION_STREAMS]
     task = asyncio.current_task()
+
+    def parked(now: bool) -> None:
+        (waiting.add if now else waiting.discard)(task)
+
+    follower = Follower(
+        log, after, stop=Stop.AT_REST, idle_timeout=settings.heartbeat_interval_s, on_wait=parked
+    )
     # The status as of the last event sent: on a shared store the session object is a copy
     # read when the request came, and the log's status changes are what keep it current.
     status = session.status
     try:
         async with follower as batches:
-            while True:
-                waiting.add(task)
-                try:
-                    batch = await anext(batches)
-                except StopAsyncIteration:
-                    break
-                finally:
-                    waiting.discard(task)
+            async for batch in batches:
                 if not batch:
                     heartbeat = {"type": "heartbeat", "last_id": follower.last_id, "status": status}
                     await response.send(encode(heartbeat), event="heartbeat", retry=retry)
@@ -245,8 +245,8 @@ async def _follow(
                 for entry in batch:
                     if isinstance(entry.event, StatusChange):
                         status = entry.event.status
-    except asyncio.CancelledError as exc:
-        if DRAIN not in exc.args or task is None:
+    except asyncio.CancelledError:
+        if task is None or task not in request.app[DRAINED]:
             raise  # the client went away
         # The server is shutting down: what the log holds for this reader, then how soon to
         # come back (to another instance); the browser reconnects with its Last-Event-ID.
@@ -283,6 +283,9 @@ async def _drain(
 
 
 DRAIN = "drain"
+# The streams a shutdown ended (by the task, not by the cancellation's message: a library on the
+# way, such as a Redis client interrupted mid-command, may raise a CancelledError of its own).
+DRAINED = web.AppKey("drained_streams", set)
 # The handler tasks of session streams suspended waiting for their next batch.
 SESSION_STREAMS = web.AppKey("session_streams", set)
 
@@ -294,6 +297,7 @@ async def _drain_session_streams(app: web.Application) -> None:
     at once. Only streams suspended waiting are cancelled, so none is cut mid-write."""
     tasks = list(app[SESSION_STREAMS])
     for task in tasks:
+        app[DRAINED].add(task)
         task.cancel(DRAIN)
     if tasks:
         await asyncio.wait(tasks, timeout=app[CONTEXT].settings.shutdown_timeout_s)
@@ -375,6 +379,7 @@ async def selftest_stream(request: web.Request) -> web.StreamResponse:
 def add_routes(app: web.Application) -> None:
     """Register the SSE routes."""
     app[SESSION_STREAMS] = set()
+    app[DRAINED] = set()
     app.on_shutdown.append(_drain_session_streams)
     app.router.add_get("/selftest/stream", selftest_stream)
     app.router.add_post("/agent/stream", agent_stream)
