@@ -32,13 +32,8 @@ from service.emulator.eventstream import CONTENT_TYPE
 from service.emulator.openai import CONTENT_TYPE as SSE_CONTENT_TYPE
 from service.emulator.openai import bedrock_request, error_response, render_plan
 from service.emulator.records import DEFAULT_MAX_RECORDS, RecordStore, RequestRecord
-from service.emulator.script import (
-    DEFAULT_ANSWER_TOKENS,
-    HttpError,
-    Plan,
-    RaiseException,
-    plan_response,
-)
+from service.emulator.script import DEFAULT_ANSWER_TOKENS, plan_response
+from service.emulator.steps import HttpError, Plan, RaiseException
 
 
 @dataclass(frozen=True, slots=True)
