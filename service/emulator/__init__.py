@@ -8,11 +8,8 @@ OpenAI-compatible client takes ``<url>/v1`` as its base URL. Behaviour is steere
 ``[emu:...]`` directives in the prompt; see :mod:`service.emulator.script`.
 """
 
+from service.emulator.embedded import EmbeddedEmulator
 from service.emulator.records import RequestRecord
-from service.emulator.server import (
-    EmbeddedEmulator,
-    EmulatorConfig,
-    create_emulator_app,
-)
+from service.emulator.server import EmulatorConfig, create_emulator_app
 
 __all__ = ["EmbeddedEmulator", "EmulatorConfig", "RequestRecord", "create_emulator_app"]

@@ -1,4 +1,4 @@
-"""Renders a :class:`~service.emulator.script.Plan` in Bedrock's ConverseStream wire format.
+"""Renders a :class:`~service.emulator.steps.Plan` in Bedrock's ConverseStream wire format.
 
 Every step becomes one event-stream frame, encoded ahead of time so that the streaming loop
 only writes bytes. The ``metadata`` frame is the exception: it carries the measured latency,
@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 
 from service.emulator.eventstream import encode_event, encode_exception
-from service.emulator.script import (
+from service.emulator.steps import (
     EmitReasoning,
     EmitSignature,
     EmitText,

@@ -1,4 +1,4 @@
-"""Renders a :class:`~service.emulator.script.Plan` as an OpenAI chat-completions stream.
+"""Renders a :class:`~service.emulator.steps.Plan` as an OpenAI chat-completions stream.
 
 The emulator's ``POST /v1/chat/completions`` answers from the same wire-neutral plans as the
 Bedrock route. :func:`bedrock_request` first rewrites the OpenAI request body into the
@@ -37,8 +37,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from service.emulator.script import (
-    DEFAULT_FAIL_AFTER,
+from service.emulator.directives import DEFAULT_FAIL_AFTER, parse_directives
+from service.emulator.steps import (
     EmitReasoning,
     EmitSignature,
     EmitText,
@@ -52,7 +52,6 @@ from service.emulator.script import (
     StopBlock,
     StopMessage,
     is_token,
-    parse_directives,
 )
 
 CONTENT_TYPE = "text/event-stream"

@@ -12,8 +12,9 @@ from aiohttp.test_utils import TestClient
 
 from service.emulator import EmulatorConfig, create_emulator_app
 from service.emulator.openai import bedrock_request
-from service.emulator.script import EmitText, plan_response
+from service.emulator.script import plan_response
 from service.emulator.server import RECORDS_KEY
+from service.emulator.steps import EmitText
 from service.providers.base import ModelRequest
 from service.providers.openai import OpenAIProvider
 

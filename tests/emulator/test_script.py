@@ -7,8 +7,11 @@ from typing import Any
 
 import pytest
 
-from service.emulator.script import (
-    TOKENS_PER_TOOL_SPEC,
+from service.emulator.arithmetic import extract_expression
+from service.emulator.directives import parse_directives, strip_directives
+from service.emulator.request import TOKENS_PER_TOOL_SPEC, count_input_tokens
+from service.emulator.script import plan_response
+from service.emulator.steps import (
     EmitReasoning,
     EmitSignature,
     EmitText,
@@ -20,11 +23,6 @@ from service.emulator.script import (
     StartToolUse,
     StopBlock,
     StopMessage,
-    count_input_tokens,
-    extract_expression,
-    parse_directives,
-    plan_response,
-    strip_directives,
 )
 
 CALCULATOR_TOOLS = {

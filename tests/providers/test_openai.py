@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from service.core.events import Event, TextDelta
 from service.emulator import EmulatorConfig, create_emulator_app
-from service.emulator.script import answer_words
+from service.emulator.answers import answer_words
 from service.emulator.server import RECORDS_KEY
 from service.errors import ProviderError
 from service.providers.base import ModelRequest, TurnResult
