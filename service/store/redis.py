@@ -11,8 +11,9 @@
   dies, its claims expire; the instances following that session (or the next one to load it)
   end the query with an ``error`` event coded ``interrupted``.
 - A cancel for a query running elsewhere is published to the owning instance's channel.
-- When Redis cannot be reached, calls raise :class:`~service.errors.StoreUnavailable` (a 503
-  for new work) and open subscriptions end with it; the clients resume with their last id.
+- When Redis cannot be reached, or does not answer within ``AGENT_REDIS_DEADLINE_S`` (a hung
+  Redis), calls raise :class:`~service.errors.StoreUnavailable` (a 503 for new work) and open
+  subscriptions end with it; the clients resume with their last id.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import secrets
 import socket
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 import redis.asyncio as aioredis
@@ -58,17 +59,29 @@ TAIL_ENTRIES = 4096
 READ_BATCH = 1000
 # Connections per instance for commands (the reader and the cancel listener have their own).
 REDIS_CONNECTIONS = 16
+# /healthz's probe of Redis gets at most this long (or the deadline, when shorter).
+PROBE_S = 0.5
 
 
 def _unavailable(exc: BaseException) -> StoreUnavailable:
     return StoreUnavailable(f"session storage (Redis) is unavailable: {exc}")
 
 
-@contextlib.contextmanager
-def _store_errors() -> Iterator[None]:
-    """Turn Redis's connection failures into :class:`StoreUnavailable`."""
+@contextlib.asynccontextmanager
+async def _store_call(deadline_s: float) -> AsyncIterator[None]:
+    """One call to Redis, retries included: a connection failure, or no answer within
+    ``deadline_s`` (a hung Redis), raises :class:`StoreUnavailable`.
+
+    The deadline is the only bound (the clients have no read timeout, see RedisBackend). A
+    command cut off by it is not left half-read on its connection: redis-py drops a connection
+    whose read or write is interrupted, and the pool checks a connection for unread data before
+    lending it again.
+    """
     try:
-        yield
+        async with asyncio.timeout(deadline_s):
+            yield
+    except TimeoutError as exc:  # before OSError, of which it is a kind
+        raise StoreUnavailable(f"session storage (Redis) did not answer within {deadline_s:g} s") from exc
     except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
         raise _unavailable(exc) from exc
 
@@ -100,6 +113,7 @@ class RedisBackend:
         session_ttl_s: float = 3600.0,
         max_bytes: int = 10 * 1024 * 1024,
         max_sessions: int = 10_000,
+        deadline_s: float = 2.0,
     ) -> None:
         self.url = url
         self.prefix = prefix
@@ -108,10 +122,18 @@ class RedisBackend:
         self.session_ttl_ms = max(1000, int(session_ttl_s * 1000))
         self.max_bytes = max_bytes
         self.max_sessions = max_sessions
+        self.deadline_s = deadline_s
+        # How long the reader's XREAD blocks: the claim checks ride on its wake-ups.
+        self.check_interval_s = min(5.0, max(0.05, self.lock_ttl_ms / 4000))
         retry = Retry(ExponentialBackoff(cap=0.5, base=0.02), retries=8)
         common: dict[str, Any] = {
             "decode_responses": True,
             "socket_connect_timeout": 2.0,
+            # No read timeout of redis-py's: every call is bounded by the deadline instead (see
+            # _store_call). With one, redis-py sends through asyncio.wait_for, which on Python
+            # 3.11 can swallow the deadline's cancellation; the call then outlives its deadline
+            # by up to nine of those timeouts.
+            "socket_timeout": None,
             "retry": retry,
             "retry_on_error": [RedisConnectionError, RedisTimeoutError],
             # Named, so CLIENT LIST shows which instance holds which connections.
@@ -120,10 +142,11 @@ class RedisBackend:
         # A bounded pool: requests and subscribers queue for one of a few connections rather
         # than opening one each, so a thousand clients cost Redis no more sockets than ten.
         pool = aioredis.BlockingConnectionPool.from_url(
-            url, max_connections=REDIS_CONNECTIONS, timeout=5.0, socket_timeout=5.0, **common
+            url, max_connections=REDIS_CONNECTIONS, timeout=5.0, **common
         )
         self.redis = aioredis.Redis(connection_pool=pool)
-        # The reader blocks in XREAD, so it has a connection of its own and no read timeout.
+        # The reader blocks in XREAD, so it has a connection of its own; each of its reads is
+        # bounded by the block time plus the deadline.
         self.reader_redis = aioredis.Redis.from_url(
             url, **{**common, "retry": Retry(ExponentialBackoff(), 0)}
         )
@@ -133,7 +156,7 @@ class RedisBackend:
         }
         # Claim renewals and session checks have connections of their own, so a busy pool of
         # appends can never starve them (a claim that is not renewed in time interrupts a query).
-        self.control = aioredis.Redis.from_url(url, socket_timeout=5.0, **common)
+        self.control = aioredis.Redis.from_url(url, **common)
         self.control_scripts = {
             name: self.control.register_script(getattr(scripts, name)) for name in ("RENEW", "REAP")
         }
@@ -175,15 +198,27 @@ class RedisBackend:
         """The arguments the scripts need to end an orphaned query."""
         return [self.max_bytes, f"{time.time():.6f}", _INTERRUPTED_STATUS, _INTERRUPTED_ERROR]
 
+    # -- calls ------------------------------------------------------------------------------
+
+    def call(self, extra_s: float = 0.0) -> contextlib.AbstractAsyncContextManager[None]:
+        """Bound one call to Redis by the deadline (plus ``extra_s``, for a blocking read)."""
+        return _store_call(self.deadline_s + extra_s)
+
+    @property
+    def probe_s(self) -> float:
+        """How long a health probe waits for Redis: short, so /healthz always answers at once."""
+        return min(PROBE_S, self.deadline_s)
+
     # -- life -------------------------------------------------------------------------------
 
     async def start(self, runs: RunManager | None = None) -> None:
         """Start the reader, the cancel listener and the claim renewer; Redis may be down now."""
         self.runs = runs
         try:
-            await self.redis.ping()
+            async with self.call():
+                await self.redis.ping()
             self.connected = True
-        except (RedisError, OSError) as exc:
+        except (StoreUnavailable, RedisError) as exc:
             log.warning("Redis at %s is not reachable yet (%s); retrying in the background", self.url, exc)
         self._tasks = [
             asyncio.create_task(self.fanout.run(), name="redis-fanout"),
@@ -206,16 +241,6 @@ class RedisBackend:
         await self.control.aclose()
         await self.redis.aclose()
 
-    async def ping(self) -> bool:
-        """True when Redis answers now."""
-        try:
-            await self.redis.ping()
-        except (RedisError, OSError):
-            self.connected = False
-            return False
-        self.connected = True
-        return True
-
     async def _listen_for_cancels(self) -> None:
         """Cancel this instance's queries when another instance asks (a cancel sent to it)."""
         channel = self.cancel_channel(self.instance_id)
@@ -223,13 +248,14 @@ class RedisBackend:
         while not self.stopping:
             pubsub = self.reader_redis.pubsub(ignore_subscribe_messages=True)
             try:
-                await pubsub.subscribe(channel)
+                async with self.call():
+                    await pubsub.subscribe(channel)
                 delay = 0.05
                 while not self.stopping:
                     message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
                     if message and message.get("type") == "message" and self.runs is not None:
                         asyncio.create_task(self.runs.cancel(str(message["data"])))
-            except (RedisError, OSError) as exc:
+            except (StoreUnavailable, RedisError, OSError) as exc:
                 if self.stopping:
                     return
                 log.warning("cancel listener lost Redis (%s); reconnecting in %.2f s", exc, delay)
@@ -252,7 +278,7 @@ class RedisBackend:
                 continue
             now = int(time.time() * 1000)
             try:
-                async with self.control.pipeline(transaction=False) as pipe:
+                async with self.call(), self.control.pipeline(transaction=False) as pipe:
                     for session_id, fence in claims:
                         await self.control_scripts["RENEW"](
                             keys=[
@@ -265,7 +291,7 @@ class RedisBackend:
                             client=pipe,
                         )
                     kept = await pipe.execute()
-            except (RedisError, OSError) as exc:
+            except (StoreUnavailable, RedisError) as exc:
                 log.warning("could not renew %d run claim(s): %s", len(claims), exc)
                 continue
             for (session_id, _), ok in zip(claims, kept, strict=True):
@@ -315,13 +341,12 @@ class _Appender:
         pending = batch
         for _ in range(2):  # a second pass after Redis lost its scripts (a restart)
             try:
-                with _store_errors():
-                    async with backend.redis.pipeline(transaction=False) as pipe:
-                        for keys, args, _future in pending:
-                            # EVALSHA directly: redis-py's script objects would check with
-                            # SCRIPT EXISTS first, a round trip per pipeline.
-                            pipe.evalsha(script.sha, len(keys), *keys, *args)
-                        results = await pipe.execute(raise_on_error=False)
+                async with backend.call(), backend.redis.pipeline(transaction=False) as pipe:
+                    for keys, args, _future in pending:
+                        # EVALSHA directly: redis-py's script objects would check with
+                        # SCRIPT EXISTS first, a round trip per pipeline.
+                        pipe.evalsha(script.sha, len(keys), *keys, *args)
+                    results = await pipe.execute(raise_on_error=False)
             except BaseException as exc:
                 for _keys, _args, future in pending:
                     if not future.done():
@@ -345,8 +370,9 @@ class _Appender:
                     future.set_result(result)
             if not missing:
                 return
-            with contextlib.suppress(RedisError, OSError):
-                await backend.redis.script_load(scripts.APPEND)
+            with contextlib.suppress(StoreUnavailable, RedisError):
+                async with backend.call():
+                    await backend.redis.script_load(scripts.APPEND)
             pending = missing
         for _keys, _args, future in pending:
             if not future.done():
@@ -412,7 +438,7 @@ class Fanout:
         self._by_key: dict[str, _Tail] = {}
         self._wake_key = f"{backend.prefix}:wake:{backend.instance_id}"
         self._wake_cursor = "$"
-        self._check_interval = min(5.0, max(0.05, backend.lock_ttl_ms / 4000))
+        self._check_interval = backend.check_interval_s
         self._last_check = time.monotonic()
         self._last_exists_check = time.monotonic()
         self.subscribers = 0
@@ -435,7 +461,7 @@ class Fanout:
         tail = self.tails.get(session_id)
         if tail is None:
             backend = self.backend
-            with _store_errors():
+            async with backend.call():
                 last = int(await backend.redis.hget(backend.meta_key(session_id), "last_id") or 0)
             tail = self.tails.get(session_id)  # another subscriber may have won the race
             if tail is None:
@@ -456,8 +482,9 @@ class Fanout:
 
     async def _poke(self) -> None:
         """Make the blocked XREAD return, so it picks up a newly followed log."""
-        with contextlib.suppress(RedisError, OSError):
-            await self.backend.redis.xadd(self._wake_key, {"w": "1"}, maxlen=16, approximate=True)
+        with contextlib.suppress(StoreUnavailable, RedisError):
+            async with self.backend.call():
+                await self.backend.redis.xadd(self._wake_key, {"w": "1"}, maxlen=16, approximate=True)
 
     def fail_all(self, error: StoreUnavailable) -> None:
         for tail in list(self.tails.values()):
@@ -477,23 +504,27 @@ class Fanout:
             try:
                 if self._wake_cursor == "$":
                     # Learn the wake stream's position first, so no poke is missed later.
-                    newest = await backend.reader_redis.xrevrange(self._wake_key, count=1)
+                    async with backend.call():
+                        newest = await backend.reader_redis.xrevrange(self._wake_key, count=1)
                     self._wake_cursor = newest[0][0] if newest else "0-0"
                     continue
-                result = await backend.reader_redis.xread(
-                    streams, block=int(self._check_interval * 1000), count=READ_BATCH
-                )
+                # A Redis that hangs ends the followed logs too, once the block plus the deadline
+                # is over, and its subscribers resume once it answers again.
+                async with backend.call(extra_s=self._check_interval):
+                    result = await backend.reader_redis.xread(
+                        streams, block=int(self._check_interval * 1000), count=READ_BATCH
+                    )
                 delay = 0.05
                 backend.connected = True
             except asyncio.CancelledError:
                 raise
-            except (RedisError, OSError) as exc:
+            except (StoreUnavailable, RedisError) as exc:
                 if backend.stopping:
                     return
                 backend.connected = False
                 if self.tails:
                     log.warning("lost Redis (%s): ending %d followed log(s); retrying", exc, len(self.tails))
-                self.fail_all(_unavailable(exc))
+                self.fail_all(exc if isinstance(exc, StoreUnavailable) else _unavailable(exc))
                 self._wake_cursor = "$"
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
@@ -537,7 +568,7 @@ class Fanout:
         running = [tail for tail in self.tails.values() if tail.status == RUNNING]
         try:
             if running:
-                async with backend.control.pipeline(transaction=False) as pipe:
+                async with backend.call(), backend.control.pipeline(transaction=False) as pipe:
                     for tail in running:
                         await backend.control_scripts["REAP"](
                             keys=backend.session_keys(tail.session_id),
@@ -548,7 +579,7 @@ class Fanout:
             if time.monotonic() - self._last_exists_check >= 5.0 and self.tails:
                 self._last_exists_check = time.monotonic()
                 tails = list(self.tails.values())
-                async with backend.control.pipeline(transaction=False) as pipe:
+                async with backend.call(), backend.control.pipeline(transaction=False) as pipe:
                     for tail in tails:
                         pipe.exists(backend.meta_key(tail.session_id))
                     found = await pipe.execute()
@@ -556,7 +587,7 @@ class Fanout:
                     if not exists:
                         tail.closed = True
                         tail.wake()
-        except (RedisError, OSError) as exc:
+        except (StoreUnavailable, RedisError) as exc:
             log.warning("session check failed: %s", exc)
 
 
@@ -587,7 +618,7 @@ class RedisEventLog(EventLog):
 
     async def kept_bytes(self) -> int:
         backend = self._backend
-        with _store_errors():
+        async with backend.call():
             value = await backend.redis.hget(self._meta_key, "bytes")
         return int(value or 0)
 
@@ -618,7 +649,7 @@ class RedisEventLog(EventLog):
 
     async def _range(self, after_id: int, limit: int | None) -> list[LogEntry]:
         backend = self._backend
-        with _store_errors():
+        async with backend.call():
             items = await backend.redis.xrange(self._log_key, min=f"{after_id + 1}-0", count=limit or None)
         entries = []
         for stream_id, fields in items:
@@ -668,13 +699,13 @@ class RedisEventLog(EventLog):
 
     async def last_id(self) -> int:
         backend = self._backend
-        with _store_errors():
+        async with backend.call():
             value = await backend.redis.hget(self._meta_key, "last_id")
         return int(value or 0)
 
     async def first_id(self) -> int:
         backend = self._backend
-        with _store_errors():
+        async with backend.call():
             async with backend.redis.pipeline(transaction=False) as pipe:
                 pipe.xrange(self._log_key, count=1)
                 pipe.hget(self._meta_key, "last_id")
@@ -710,7 +741,7 @@ class RedisSessionStore(SessionStore):
         session_id = new_session_id()
         created = time.time()
         try:
-            with _store_errors():
+            async with backend.call():
                 await backend.scripts["CREATE"](
                     keys=[backend.meta_key(session_id), backend.sessions_key],
                     args=[
@@ -733,7 +764,7 @@ class RedisSessionStore(SessionStore):
             return await self.local.get(session_id)
         backend = self.backend
         try:
-            with _store_errors():
+            async with backend.call():
                 flat = await backend.scripts["LOAD"](
                     keys=backend.session_keys(session_id), args=backend.interrupt_args()
                 )
@@ -762,25 +793,24 @@ class RedisSessionStore(SessionStore):
             return
         backend = self.backend
         keys = [*backend.session_keys(session_id), backend.sessions_key]
-        with _store_errors():
+        async with backend.call():
             deleted = await backend.scripts["DELETE"](keys=keys, args=[session_id, f"{time.time():.6f}"])
         if not deleted:
             raise SessionNotFound(session_id)
 
     async def count(self) -> int:
         backend = self.backend
-        with _store_errors():
+        async with backend.call():
             shared = await backend.redis.zcount(backend.sessions_key, int(time.time() * 1000), "+inf")
         return int(shared) + await self.local.count()
 
     async def expire_idle(self, now: float | None = None) -> list[str]:
         # Redis expires idle sessions by itself; only the local short-lived ones need a sweep.
         expired = await self.local.expire_idle(now)
+        backend = self.backend
         with contextlib.suppress(StoreUnavailable, RedisError):
-            with _store_errors():
-                await self.backend.redis.zremrangebyscore(
-                    self.backend.sessions_key, "-inf", int(time.time() * 1000)
-                )
+            async with backend.call():
+                await backend.redis.zremrangebyscore(backend.sessions_key, "-inf", int(time.time() * 1000))
         return expired
 
     async def claim_run(self, session: Session, run_id: str) -> str | None:
@@ -790,7 +820,7 @@ class RedisSessionStore(SessionStore):
         fence = f"{backend.instance_id}:{run_id}"
         now = time.time()
         try:
-            with _store_errors():
+            async with backend.call():
                 messages = await backend.scripts["CLAIM"](
                     keys=[*backend.session_keys(session.id), backend.sessions_key],
                     args=[
@@ -832,7 +862,7 @@ class RedisSessionStore(SessionStore):
         for event in events:
             args += [event.model_dump_json(), f"{now:.6f}"]
         try:
-            with _store_errors():
+            async with backend.call():
                 await backend.scripts["FINISH"](
                     keys=[*backend.session_keys(session.id), backend.sessions_key], args=args
                 )
@@ -846,7 +876,7 @@ class RedisSessionStore(SessionStore):
             return False
         backend = self.backend
         lock_key = backend.lock_key(session_id)
-        with _store_errors():
+        async with backend.call():
             fence = await backend.redis.get(lock_key)
             if not fence:
                 return False
@@ -873,7 +903,7 @@ class RedisSessionStore(SessionStore):
                         if any(is_terminal(entry.event) for entry in batch):
                             return
                         if not batch:
-                            with _store_errors():
+                            async with backend.call():
                                 if await backend.redis.get(lock_key) != fence:
                                     return
 
@@ -890,5 +920,6 @@ def make_store(
         session_ttl_s=settings.session_ttl_s,
         max_bytes=settings.session_events_max_bytes,
         max_sessions=settings.max_sessions,
+        deadline_s=settings.redis_deadline_s,
     )
     return backend, RedisSessionStore(backend, local_factory())

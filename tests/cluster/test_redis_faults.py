@@ -1,0 +1,159 @@
+"""The service in process on a Redis of the test's own that hangs (``SIGSTOP``): health answers
+at once, new work gets a prompt 503, and Redis is used as before once it answers again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from service.errors import StoreUnavailable
+from service.store.redis import REDIS_CONNECTIONS, RedisBackend
+from tests.conftest import ClientFactory, sse_events
+from tests.support.redis_server import RedisServer
+
+# AGENT_REDIS_DEADLINE_S's default: how long a store call may take before it is a 503.
+DEFAULT_DEADLINE_S = 2.0
+# What /healthz promises whatever Redis does.
+HEALTH_S = 1.0
+# Room for a loaded test machine on top of a deadline.
+MARGIN_S = 1.0
+
+
+async def timed(client: TestClient, method: str, path: str, limit: float) -> tuple[int, Any, float]:
+    """``(status, JSON body, seconds)`` of one request; a failure, not a hang, past ``limit`` x 5."""
+    started = time.monotonic()
+    try:
+        async with asyncio.timeout(limit * 5):
+            async with client.request(method, path) as response:
+                body = await response.json()
+    except TimeoutError:
+        pytest.fail(f"{method} {path} gave no answer within {limit * 5:.0f} s")
+    return response.status, body, time.monotonic() - started
+
+
+async def until_healthy(client: TestClient) -> None:
+    """Probe /healthz until it says 200 (each probe is a round trip: no busy loop)."""
+    async with asyncio.timeout(15):
+        while (await timed(client, "GET", "/healthz", HEALTH_S))[0] != 200:
+            pass
+
+
+async def query_done(client: TestClient) -> None:
+    """A new session takes a short query, which ends with ``done``."""
+    status, body, _ = await timed(client, "POST", "/sessions", DEFAULT_DEADLINE_S)
+    assert status == 201, body
+    session_id = body["id"]
+    async with client.post(
+        f"/sessions/{session_id}/messages", json={"content": "hi [emu:tokens=3]"}
+    ) as response:
+        assert response.status == 202, await response.text()
+    follower = Follower(client, session_id)
+    async with asyncio.timeout(15):
+        await follower.run()
+    assert follower.terminal is not None and follower.terminal["type"] == "done", follower.terminal
+
+
+@dataclass
+class Follower:
+    """A client following a session's query over SSE and resuming with its last id (as a browser's
+    EventSource does), until the query's terminal event or until the session is gone."""
+
+    client: TestClient
+    session_id: str
+    flowing: asyncio.Event = field(default_factory=asyncio.Event)
+    events: list[dict[str, Any]] = field(default_factory=list)  # the logged events, with ids
+    notices: list[dict[str, Any]] = field(default_factory=list)  # errors that ended a stream
+    statuses: list[int] = field(default_factory=list)
+    waits: list[float] = field(default_factory=list)  # seconds until each request was answered
+    terminal: dict[str, Any] | None = None
+    ended_at: float = 0.0
+
+    async def run(self) -> None:
+        while self.terminal is None:
+            last = self.events[-1]["id"] if self.events else 0
+            started = time.monotonic()
+            async with self.client.get(
+                f"/sessions/{self.session_id}/events", headers={"Last-Event-ID": str(last)}
+            ) as response:
+                self.waits.append(time.monotonic() - started)
+                self.statuses.append(response.status)
+                if response.status == 404:
+                    break
+                if response.status == 503:
+                    continue  # the store is away: try again (each try takes up to the deadline)
+                assert response.status == 200, await response.text()
+                async for event in sse_events(response):
+                    if "id" not in event:
+                        self.notices.append(event["data"])
+                        continue
+                    self.events.append({"id": int(event["id"]), **event["data"]})
+                    if event["data"]["type"] == "assistant_text":
+                        self.flowing.set()
+                    if event["data"]["type"] in {"done", "error"}:
+                        self.terminal = event["data"]
+                        break
+        self.ended_at = time.monotonic()
+
+
+async def test_calls_cut_off_by_the_deadline_leave_no_reply_behind(own_redis: RedisServer) -> None:
+    backend = RedisBackend(own_redis.url, prefix="cut", deadline_s=0.5)
+    await backend.start()
+
+    async def get(key: str) -> str | None:
+        async with backend.call():
+            return await backend.redis.get(key)
+
+    try:
+        keys = [f"cut:{n}" for n in range(REDIS_CONNECTIONS * 2)]  # every pooled connection, twice
+        await backend.redis.mset({key: key for key in keys})
+        own_redis.pause()
+        try:
+            started = time.monotonic()
+            cut = await asyncio.gather(*(get(key) for key in keys), return_exceptions=True)
+            took = time.monotonic() - started
+        finally:
+            own_redis.resume()
+        assert all(isinstance(result, StoreUnavailable) for result in cut), cut
+        assert took < 0.5 + MARGIN_S, took
+        # Redis answers the cut-off commands now, to sockets that were closed: no connection
+        # lent again holds one of those replies, so every answer is the one asked for.
+        for _ in range(3):
+            keys.reverse()
+            assert await asyncio.gather(*(get(key) for key in keys)) == keys
+    finally:
+        await backend.stop()
+
+
+async def test_a_paused_redis_gets_prompt_503s_and_healthz_answers_within_a_second(
+    own_redis: RedisServer, make_client: ClientFactory
+) -> None:
+    client = await make_client(redis_url=own_redis.url, redis_prefix="pause")
+    assert (await timed(client, "GET", "/healthz", HEALTH_S))[0] == 200
+    own_redis.pause()
+    try:
+        # Probe after probe for a few seconds of pause: each one answers within a second.
+        probes: list[float] = []
+        paused_at = time.monotonic()
+        while time.monotonic() - paused_at < 3.0:
+            status, body, took = await timed(client, "GET", "/healthz", HEALTH_S)
+            probes.append(took)
+            assert took < HEALTH_S, probes
+            assert status == 503 and body["status"] == "degraded", body
+            assert body["store"]["connected"] is False
+        assert len(probes) >= 3, probes
+        # New work is refused within about the deadline, with the body clients know.
+        status, body, took = await timed(client, "POST", "/sessions", DEFAULT_DEADLINE_S)
+        assert status == 503 and body["code"] == "store_unavailable", body
+        assert took < DEFAULT_DEADLINE_S + MARGIN_S, took
+    finally:
+        own_redis.resume()
+    await until_healthy(client)
+    # Connections cut mid-command were not reused with half a reply in them: the answers fit.
+    await query_done(client)
+    await query_done(client)
