@@ -368,16 +368,19 @@ class RunManager:
                 current.uncancel()
             try:
                 stopped = await self._stopped(run)
-            except (RunLost, StoreUnavailable) as exc:
+            except RunLost as exc:
                 stopped = RunError(error=str(exc) or "the store failed", code="internal_error")
+            except StoreUnavailable as exc:
+                stopped = RunError(error=str(exc), code="store_unavailable", recoverable=True)
             await self._finish(run, stopped)
         except RunLost:
             # Another instance saw the claim expire and ended the query as interrupted.
             log.warning("run %s of session %s lost its claim; stopped", run.id, session.id)
             self._forget(run)
         except StoreUnavailable as exc:
-            # The shared log cannot take the events: the query stops, and once the store is
-            # back its watchers are told it was interrupted (its claim will have expired).
+            # The shared log could not take the events for longer than the claim lives (the
+            # store retried them until then): the query stops, and once the store is back its
+            # watchers are told it was interrupted (its claim will have expired).
             log.warning("run %s of session %s stopped: %s", run.id, session.id, exc)
             await self._finish(run, RunError(error=str(exc), code="store_unavailable", recoverable=True))
         except Exception:

@@ -13,7 +13,9 @@
 - A cancel for a query running elsewhere is published to the owning instance's channel.
 - When Redis cannot be reached, or does not answer within ``AGENT_REDIS_DEADLINE_S`` (a hung
   Redis), calls raise :class:`~service.errors.StoreUnavailable` (a 503 for new work) and open
-  subscriptions end with it; the clients resume with their last id.
+  subscriptions end with it; the clients resume with their last id. A running query's writes are
+  retried while its claim may still hold, so it rides out an outage shorter than the claim's
+  lifetime.
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ import secrets
 import socket
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
@@ -48,6 +50,8 @@ if TYPE_CHECKING:
     from service.core.runs import RunManager
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 INTERRUPTED_MESSAGE = "the query was interrupted: the instance running it stopped"
 _INTERRUPTED_STATUS = StatusChange(status=IDLE).model_dump_json()
@@ -209,6 +213,25 @@ class RedisBackend:
         """How long a health probe waits for Redis: short, so /healthz always answers at once."""
         return min(PROBE_S, self.deadline_s)
 
+    async def outlast(self, write: Callable[[], Awaitable[T]]) -> T:
+        """A write of a run that holds a claim, tried again while Redis is unavailable for less than
+        the claim's lifetime (the claim outlives such an outage, so the run goes on); past that
+        the claim is gone, and :class:`StoreUnavailable` is raised.
+
+        ``write`` must be safe to repeat: an attempt cut off by the deadline may still be carried
+        out once Redis answers again (appends carry a token, finishes are recognised).
+        """
+        give_up = time.monotonic() + self.lock_ttl_ms / 1000
+        delay = 0.05
+        while True:
+            try:
+                return await write()
+            except StoreUnavailable:
+                if time.monotonic() + delay >= give_up:
+                    raise
+            await asyncio.sleep(delay)  # a refused connection fails at once: back off a little
+            delay = min(delay * 2, 0.5)
+
     # -- life -------------------------------------------------------------------------------
 
     async def start(self, runs: RunManager | None = None) -> None:
@@ -269,8 +292,10 @@ class RedisBackend:
         """Keep the claims of this instance's running queries alive; stop a query whose claim
         was lost (another instance declared it interrupted)."""
         interval = self.lock_ttl_ms / 3000
+        wait = retry = interval
         while not self.stopping:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(wait)
+            wait = interval
             if self.runs is None:
                 continue
             claims = self.runs.claims()
@@ -293,7 +318,11 @@ class RedisBackend:
                     kept = await pipe.execute()
             except (StoreUnavailable, RedisError) as exc:
                 log.warning("could not renew %d run claim(s): %s", len(claims), exc)
+                # The claims run out while Redis is away: try again soon, so that they are
+                # renewed as soon as it answers, not up to a third of their lifetime later.
+                retry = wait = 0.05 if retry >= interval else min(retry * 2, interval)
                 continue
+            retry = interval
             for (session_id, _), ok in zip(claims, kept, strict=True):
                 if not ok:
                     log.warning("session %s: this instance's claim expired; stopping its query", session_id)
@@ -627,13 +656,15 @@ class RedisEventLog(EventLog):
         raw = event.model_dump_json()
         size = entry_bytes(len(raw))
         ts = time.time()
+        # Sized as the memory log sizes it, so the one bound keeps the same history in both
+        # stores (an entry takes less in Redis, so Redis stays well within it). The token makes
+        # a repeated append (redis-py's retries, or a run's below) count once.
+        args = [fence or "", raw, f"{ts:.6f}", size, backend.max_bytes, backend.next_token()]
         try:
-            # Sized as the memory log sizes it, so the one bound keeps the same history in both
-            # stores (an entry takes less in Redis, so Redis stays well within it).
-            entry_id = await backend.appender.append(
-                self._keys,
-                [fence or "", raw, f"{ts:.6f}", size, backend.max_bytes, backend.next_token()],
-            )
+            if fence:
+                entry_id = await backend.outlast(lambda: backend.appender.append(self._keys, args))
+            else:
+                entry_id = await backend.appender.append(self._keys, args)
         except ResponseError as exc:
             if "RUNLOST" in str(exc):
                 raise RunLost(f"session {self._session_id}: the run's claim expired") from None
@@ -861,11 +892,16 @@ class RedisSessionStore(SessionStore):
         ]
         for event in events:
             args += [event.model_dump_json(), f"{now:.6f}"]
-        try:
+        keys = [*backend.session_keys(session.id), backend.sessions_key]
+
+        async def finish() -> None:
             async with backend.call():
-                await backend.scripts["FINISH"](
-                    keys=[*backend.session_keys(session.id), backend.sessions_key], args=args
-                )
+                await backend.scripts["FINISH"](keys=keys, args=args)
+
+        try:
+            # Tried again through a short outage, like the run's appends: the script knows a
+            # finish it already carried out.
+            await backend.outlast(finish)
         except ResponseError as exc:
             if "RUNLOST" in str(exc):
                 raise RunLost(f"session {session.id}: the run's claim expired") from None

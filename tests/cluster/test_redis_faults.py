@@ -1,11 +1,15 @@
 """The service in process on a Redis of the test's own that hangs (``SIGSTOP``): health answers
-at once, new work gets a prompt 503, and Redis is used as before once it answers again.
+at once, new work gets a prompt 503, a running query rides a short outage out, and nothing is
+logged at ERROR.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,7 +18,7 @@ from aiohttp.test_utils import TestClient
 
 from service.errors import StoreUnavailable
 from service.store.redis import REDIS_CONNECTIONS, RedisBackend
-from tests.conftest import ClientFactory, sse_events
+from tests.conftest import ClientFactory, services_of, sse_events
 from tests.support.redis_server import RedisServer
 
 # AGENT_REDIS_DEADLINE_S's default: how long a store call may take before it is a 503.
@@ -23,6 +27,10 @@ DEFAULT_DEADLINE_S = 2.0
 HEALTH_S = 1.0
 # Room for a loaded test machine on top of a deadline.
 MARGIN_S = 1.0
+
+
+def errors_logged(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR]
 
 
 async def timed(client: TestClient, method: str, path: str, limit: float) -> tuple[int, Any, float]:
@@ -101,6 +109,24 @@ class Follower:
         self.ended_at = time.monotonic()
 
 
+@contextlib.asynccontextmanager
+async def following(
+    client: TestClient, session_id: str
+) -> AsyncIterator[tuple[Follower, asyncio.Task[None]]]:
+    """A :class:`Follower` at work in the background, yielded once the answer's text flows; it is
+    stopped if the test leaves before it ends."""
+    follower = Follower(client, session_id)
+    task = asyncio.create_task(follower.run())
+    try:
+        await asyncio.wait_for(asyncio.shield(follower.flowing.wait()), 10)
+        yield follower, task
+    finally:
+        task.cancel()
+        await asyncio.wait([task])
+        if not task.cancelled():
+            task.exception()  # seen here, or already raised to the test
+
+
 async def test_calls_cut_off_by_the_deadline_leave_no_reply_behind(own_redis: RedisServer) -> None:
     backend = RedisBackend(own_redis.url, prefix="cut", deadline_s=0.5)
     await backend.start()
@@ -157,3 +183,43 @@ async def test_a_paused_redis_gets_prompt_503s_and_healthz_answers_within_a_seco
     # Connections cut mid-command were not reused with half a reply in them: the answers fit.
     await query_done(client)
     await query_done(client)
+
+
+async def test_a_query_that_loses_redis_briefly_goes_on_or_ends_promptly(
+    own_redis: RedisServer, make_client: ClientFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
+    deadline, pause_s = 1.0, 4.0  # a pause past the deadline, well within the claim's 10 s
+    client = await make_client(redis_url=own_redis.url, redis_prefix="blip", redis_deadline_s=deadline)
+    status, body, _ = await timed(client, "POST", "/sessions", deadline)
+    session_id = body["id"]
+    message = {"content": "a story [emu:tokens=150] [emu:tps=50]"}
+    async with client.post(f"/sessions/{session_id}/messages", json=message) as response:
+        assert response.status == 202, await response.text()
+    async with following(client, session_id) as (follower, task):
+        own_redis.pause()
+        try:
+            # A client asking about the query meanwhile is answered, not held until Redis is back.
+            paused_at = time.monotonic()
+            waits = []
+            while time.monotonic() - paused_at < pause_s:
+                status, body, took = await timed(client, "GET", f"/sessions/{session_id}", deadline)
+                waits.append(took)
+                assert status in {200, 503}, body
+                assert took < deadline + MARGIN_S, waits
+        finally:
+            own_redis.resume()
+        resumed_at = time.monotonic()
+        async with asyncio.timeout(30):
+            await task
+    terminal = follower.terminal
+    assert terminal is not None
+    assert terminal["type"] == "done" or terminal.get("code") == "store_unavailable", terminal
+    # The query went on where it was (or ended) soon after Redis came back: the rest of a 3 s
+    # answer, not a claim's lifetime or more.
+    assert follower.ended_at - resumed_at < 3.0 + deadline + MARGIN_S, follower.ended_at - resumed_at
+    ids = [event["id"] for event in follower.events]
+    assert ids == list(range(1, len(ids) + 1))
+    assert all(wait < deadline + MARGIN_S for wait in follower.waits), follower.waits
+    assert errors_logged(caplog) == []
+    assert services_of(client).runs.active == 0
