@@ -369,13 +369,17 @@ class RunManager:
             try:
                 stopped = await self._stopped(run)
             except RunLost as exc:
-                stopped = RunError(error=str(exc) or "the store failed", code="internal_error")
+                # Whoever stopped it (a lost claim, a deleted session) has said why.
+                log.info("run %s of session %s stopped without its end logged: %s", run.id, session.id, exc)
+                self._forget(run)
+                return
             except StoreUnavailable as exc:
                 stopped = RunError(error=str(exc), code="store_unavailable", recoverable=True)
             await self._finish(run, stopped)
-        except RunLost:
-            # Another instance saw the claim expire and ended the query as interrupted.
-            log.warning("run %s of session %s lost its claim; stopped", run.id, session.id)
+        except RunLost as exc:
+            # Its claim expired (another instance ends the query as interrupted), or the session
+            # itself is gone (deleted, or Redis lost its data): nothing more is the run's to log.
+            log.warning("run %s of session %s stopped: %s", run.id, session.id, exc)
             self._forget(run)
         except StoreUnavailable as exc:
             # The shared log could not take the events for longer than the claim lives (the

@@ -15,7 +15,8 @@
   Redis), calls raise :class:`~service.errors.StoreUnavailable` (a 503 for new work) and open
   subscriptions end with it; the clients resume with their last id. A running query's writes are
   retried while its claim may still hold, so it rides out an outage shorter than the claim's
-  lifetime.
+  lifetime; a session that Redis lost (a restart without persistence) ends its query with
+  :class:`~service.errors.RunLost`.
 """
 
 from __future__ import annotations
@@ -323,9 +324,15 @@ class RedisBackend:
                 retry = wait = 0.05 if retry >= interval else min(retry * 2, interval)
                 continue
             retry = interval
-            for (session_id, _), ok in zip(claims, kept, strict=True):
-                if not ok:
-                    log.warning("session %s: this instance's claim expired; stopping its query", session_id)
+            for (session_id, fence), ok in zip(claims, kept, strict=True):
+                run = self.runs.get(session_id)
+                # A run that found out first (its own write was refused) has stopped and said so.
+                if not ok and run is not None and run.fence == fence:
+                    log.warning(
+                        "session %s: this instance lost its claim (it expired, or the session is gone); "
+                        "stopping its query",
+                        session_id,
+                    )
                     asyncio.create_task(self.runs.cancel(session_id))
 
 
@@ -670,6 +677,13 @@ class RedisEventLog(EventLog):
                 raise RunLost(f"session {self._session_id}: the run's claim expired") from None
             if "NOSESSION" in str(exc):
                 self._closed = True
+                if fence:
+                    # The session vanished under its query: deleted, or Redis came back without
+                    # its data. Losing it is not a failure of this service.
+                    raise RunLost(
+                        f"session {self._session_id} was lost from the store while its query ran "
+                        "(deleted, or Redis restarted without its data)"
+                    ) from None
                 raise RuntimeError("event log is closed") from None
             raise
         entry = LogEntry(int(entry_id), event, size, ts)

@@ -1,6 +1,6 @@
-"""The service in process on a Redis of the test's own that hangs (``SIGSTOP``): health answers
-at once, new work gets a prompt 503, a running query rides a short outage out, and nothing is
-logged at ERROR.
+"""The service in process on a Redis of the test's own that hangs (``SIGSTOP``) or forgets (a
+restart without persistence): health answers at once, new work gets a prompt 503, a running
+query rides a short outage out, and nothing is logged at ERROR.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +19,7 @@ from aiohttp.test_utils import TestClient
 from service.errors import StoreUnavailable
 from service.store.redis import REDIS_CONNECTIONS, RedisBackend
 from tests.conftest import ClientFactory, services_of, sse_events
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisServer, require_redis_server
 
 # AGENT_REDIS_DEADLINE_S's default: how long a store call may take before it is a 503.
 DEFAULT_DEADLINE_S = 2.0
@@ -27,6 +27,14 @@ DEFAULT_DEADLINE_S = 2.0
 HEALTH_S = 1.0
 # Room for a loaded test machine on top of a deadline.
 MARGIN_S = 1.0
+
+
+@pytest.fixture
+def volatile_redis() -> Iterator[RedisServer]:
+    """A redis-server of this test's own that keeps nothing across a restart."""
+    require_redis_server()
+    with RedisServer(persistent=False) as server:
+        yield server
 
 
 def errors_logged(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -223,3 +231,34 @@ async def test_a_query_that_loses_redis_briefly_goes_on_or_ends_promptly(
     assert all(wait < deadline + MARGIN_S for wait in follower.waits), follower.waits
     assert errors_logged(caplog) == []
     assert services_of(client).runs.active == 0
+
+
+async def test_a_redis_that_restarts_empty_mid_query_loses_the_session_with_a_warning(
+    volatile_redis: RedisServer, make_client: ClientFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
+    client = await make_client(redis_url=volatile_redis.url, redis_prefix="amnesia")
+    status, body, _ = await timed(client, "POST", "/sessions", DEFAULT_DEADLINE_S)
+    session_id = body["id"]
+    message = {"content": "a long story [emu:tokens=400] [emu:tps=50]"}
+    async with client.post(f"/sessions/{session_id}/messages", json=message) as response:
+        assert response.status == 202, await response.text()
+    async with following(client, session_id) as (follower, task):
+        await asyncio.to_thread(volatile_redis.restart)
+        async with asyncio.timeout(20):
+            await task
+            await services_of(client).runs.wait_idle()
+    # The follower was told why its stream ended, then found the session gone.
+    assert follower.terminal is None
+    assert follower.notices and follower.notices[-1]["code"] in {"store_unavailable", "session_lost"}
+    assert follower.statuses[-1] == 404
+    # The operator sees one clear warning about that session, and nothing at ERROR.
+    assert errors_logged(caplog) == []
+    lost = [
+        record.getMessage()
+        for record in caplog.records
+        if record.levelno == logging.WARNING and session_id in record.getMessage()
+    ]
+    assert len(lost) == 1 and "lost" in lost[0], lost
+    # The service serves on.
+    await query_done(client)
