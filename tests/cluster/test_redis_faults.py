@@ -38,6 +38,7 @@ def volatile_redis() -> Iterator[RedisServer]:
 
 
 def errors_logged(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """What the test's service logged at ERROR or above."""
     return [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR]
 
 
@@ -200,6 +201,7 @@ async def test_a_query_that_loses_redis_briefly_goes_on_or_ends_promptly(
     deadline, pause_s = 1.0, 4.0  # a pause past the deadline, well within the claim's 10 s
     client = await make_client(redis_url=own_redis.url, redis_prefix="blip", redis_deadline_s=deadline)
     status, body, _ = await timed(client, "POST", "/sessions", deadline)
+    assert status == 201, body
     session_id = body["id"]
     message = {"content": "a story [emu:tokens=150] [emu:tps=50]"}
     async with client.post(f"/sessions/{session_id}/messages", json=message) as response:
@@ -239,6 +241,7 @@ async def test_a_redis_that_restarts_empty_mid_query_loses_the_session_with_a_wa
     caplog.set_level(logging.WARNING)
     client = await make_client(redis_url=volatile_redis.url, redis_prefix="amnesia")
     status, body, _ = await timed(client, "POST", "/sessions", DEFAULT_DEADLINE_S)
+    assert status == 201, body
     session_id = body["id"]
     message = {"content": "a long story [emu:tokens=400] [emu:tps=50]"}
     async with client.post(f"/sessions/{session_id}/messages", json=message) as response:
