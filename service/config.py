@@ -36,6 +36,9 @@ class Settings(BaseSettings):
     redis_url: str = ""
     redis_prefix: str = Field("agentstream", min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$")
     redis_lock_ttl_s: float = Field(10.0, ge=0.2, le=600)
+    # The longest any one store call may take, retries included, before it counts as Redis being
+    # unavailable (a 503 for new work): a hung Redis must not hold requests for long.
+    redis_deadline_s: float = Field(2.0, gt=0, le=600)
     instance_id: str = Field("", pattern=r"^[A-Za-z0-9_.-]*$")
     api_keys: CommaList = Field(default_factory=list)
     allowed_origins: CommaList = Field(default_factory=list)

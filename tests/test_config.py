@@ -37,6 +37,7 @@ def test_comma_separated_lists(monkeypatch: pytest.MonkeyPatch) -> None:
         ("AGENT_REDIS_URL", "localhost:6379"),
         ("AGENT_REDIS_URL", "http://127.0.0.1:6379"),
         ("AGENT_REDIS_LOCK_TTL_S", "0"),
+        ("AGENT_REDIS_DEADLINE_S", "0"),
         ("AGENT_REDIS_PREFIX", "has spaces"),
         ("AGENT_INSTANCE_ID", "a/b"),
     ],

@@ -368,16 +368,23 @@ class RunManager:
                 current.uncancel()
             try:
                 stopped = await self._stopped(run)
-            except (RunLost, StoreUnavailable) as exc:
-                stopped = RunError(error=str(exc) or "the store failed", code="internal_error")
+            except RunLost as exc:
+                # Whoever stopped it (a lost claim, a deleted session) has said why.
+                log.info("run %s of session %s stopped without its end logged: %s", run.id, session.id, exc)
+                self._forget(run)
+                return
+            except StoreUnavailable as exc:
+                stopped = RunError(error=str(exc), code="store_unavailable", recoverable=True)
             await self._finish(run, stopped)
-        except RunLost:
-            # Another instance saw the claim expire and ended the query as interrupted.
-            log.warning("run %s of session %s lost its claim; stopped", run.id, session.id)
+        except RunLost as exc:
+            # Its claim expired (another instance ends the query as interrupted), or the session
+            # itself is gone (deleted, or Redis lost its data): nothing more is the run's to log.
+            log.warning("run %s of session %s stopped: %s", run.id, session.id, exc)
             self._forget(run)
         except StoreUnavailable as exc:
-            # The shared log cannot take the events: the query stops, and once the store is
-            # back its watchers are told it was interrupted (its claim will have expired).
+            # The shared log could not take the events for longer than the claim lives (the
+            # store retried them until then): the query stops, and once the store is back its
+            # watchers are told it was interrupted (its claim will have expired).
             log.warning("run %s of session %s stopped: %s", run.id, session.id, exc)
             await self._finish(run, RunError(error=str(exc), code="store_unavailable", recoverable=True))
         except Exception:

@@ -11,8 +11,12 @@
   dies, its claims expire; the instances following that session (or the next one to load it)
   end the query with an ``error`` event coded ``interrupted``.
 - A cancel for a query running elsewhere is published to the owning instance's channel.
-- When Redis cannot be reached, calls raise :class:`~service.errors.StoreUnavailable` (a 503
-  for new work) and open subscriptions end with it; the clients resume with their last id.
+- When Redis cannot be reached, or does not answer within ``AGENT_REDIS_DEADLINE_S`` (a hung
+  Redis), calls raise :class:`~service.errors.StoreUnavailable` (a 503 for new work) and open
+  subscriptions end with it; the clients resume with their last id. A running query's writes are
+  retried while its claim may still hold, so it rides out an outage shorter than the claim's
+  lifetime; a session that Redis lost (a restart without persistence) ends its query with
+  :class:`~service.errors.RunLost`.
 """
 
 from __future__ import annotations
@@ -27,8 +31,8 @@ import secrets
 import socket
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
@@ -56,6 +60,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 INTERRUPTED_MESSAGE = "the query was interrupted: the instance running it stopped"
 _INTERRUPTED_STATUS = StatusChange(status=IDLE).model_dump_json()
 _INTERRUPTED_ERROR = RunError(
@@ -66,17 +72,29 @@ TAIL_ENTRIES = 4096
 READ_BATCH = 1000
 # Connections per instance for commands (the reader and the cancel listener have their own).
 REDIS_CONNECTIONS = 16
+# /healthz's probe of Redis gets at most this long (or the deadline, when shorter).
+PROBE_S = 0.5
 
 
 def _unavailable(exc: BaseException) -> StoreUnavailable:
     return StoreUnavailable(f"session storage (Redis) is unavailable: {exc}")
 
 
-@contextlib.contextmanager
-def _store_errors() -> Iterator[None]:
-    """Turn Redis's connection failures into :class:`StoreUnavailable`."""
+@contextlib.asynccontextmanager
+async def _store_call(deadline_s: float) -> AsyncIterator[None]:
+    """One call to Redis, retries included: a connection failure, or no answer within
+    ``deadline_s`` (a hung Redis), raises :class:`StoreUnavailable`.
+
+    The deadline is the only bound (the clients have no read timeout, see RedisBackend). A
+    command cut off by it is not left half-read on its connection: redis-py drops a connection
+    whose read or write is interrupted, and the pool checks a connection for unread data before
+    lending it again.
+    """
     try:
-        yield
+        async with asyncio.timeout(deadline_s):
+            yield
+    except TimeoutError as exc:  # before OSError, of which it is a kind
+        raise StoreUnavailable(f"session storage (Redis) did not answer within {deadline_s:g} s") from exc
     except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
         raise _unavailable(exc) from exc
 
@@ -108,6 +126,7 @@ class RedisBackend:
         session_ttl_s: float = 3600.0,
         max_bytes: int = 10 * 1024 * 1024,
         max_sessions: int = 10_000,
+        deadline_s: float = 2.0,
     ) -> None:
         self.url = url
         self.prefix = prefix
@@ -116,10 +135,18 @@ class RedisBackend:
         self.session_ttl_ms = max(1000, int(session_ttl_s * 1000))
         self.max_bytes = max_bytes
         self.max_sessions = max_sessions
+        self.deadline_s = deadline_s
+        # How long the reader's XREAD blocks: the claim checks ride on its wake-ups.
+        self.check_interval_s = min(5.0, max(0.05, self.lock_ttl_ms / 4000))
         retry = Retry(ExponentialBackoff(cap=0.5, base=0.02), retries=8)
         common: dict[str, Any] = {
             "decode_responses": True,
             "socket_connect_timeout": 2.0,
+            # No read timeout of redis-py's: every call is bounded by the deadline instead (see
+            # _store_call). With one, redis-py sends through asyncio.wait_for, which on Python
+            # 3.11 can swallow the deadline's cancellation; the call then outlives its deadline
+            # by up to nine of those timeouts.
+            "socket_timeout": None,
             "retry": retry,
             "retry_on_error": [RedisConnectionError, RedisTimeoutError],
             # Named, so CLIENT LIST shows which instance holds which connections.
@@ -128,10 +155,11 @@ class RedisBackend:
         # A bounded pool: requests and subscribers queue for one of a few connections rather
         # than opening one each, so a thousand clients cost Redis no more sockets than ten.
         pool = aioredis.BlockingConnectionPool.from_url(
-            url, max_connections=REDIS_CONNECTIONS, timeout=5.0, socket_timeout=5.0, **common
+            url, max_connections=REDIS_CONNECTIONS, timeout=5.0, **common
         )
         self.redis = aioredis.Redis(connection_pool=pool)
-        # The reader blocks in XREAD, so it has a connection of its own and no read timeout.
+        # The reader blocks in XREAD, so it has a connection of its own; each of its reads is
+        # bounded by the block time plus the deadline.
         self.reader_redis = aioredis.Redis.from_url(
             url, **{**common, "retry": Retry(ExponentialBackoff(), 0)}
         )
@@ -141,7 +169,7 @@ class RedisBackend:
         }
         # Claim renewals and session checks have connections of their own, so a busy pool of
         # appends can never starve them (a claim that is not renewed in time interrupts a query).
-        self.control = aioredis.Redis.from_url(url, socket_timeout=5.0, **common)
+        self.control = aioredis.Redis.from_url(url, **common)
         self.control_scripts = {
             name: self.control.register_script(getattr(scripts, name)) for name in ("RENEW", "REAP")
         }
@@ -186,15 +214,46 @@ class RedisBackend:
         """The arguments the scripts need to end an orphaned query."""
         return [self.max_bytes, f"{time.time():.6f}", _INTERRUPTED_STATUS, _INTERRUPTED_ERROR]
 
+    # -- calls ------------------------------------------------------------------------------
+
+    def call(self, extra_s: float = 0.0) -> contextlib.AbstractAsyncContextManager[None]:
+        """Bound one call to Redis by the deadline (plus ``extra_s``, for a blocking read)."""
+        return _store_call(self.deadline_s + extra_s)
+
+    @property
+    def probe_s(self) -> float:
+        """How long a health probe waits for Redis: short, so /healthz always answers at once."""
+        return min(PROBE_S, self.deadline_s)
+
+    async def outlast(self, write: Callable[[], Awaitable[T]]) -> T:
+        """A write of a run that holds a claim, tried again while Redis is unavailable for less than
+        the claim's lifetime (the claim outlives such an outage, so the run goes on); past that
+        the claim is gone, and :class:`StoreUnavailable` is raised.
+
+        ``write`` must be safe to repeat: an attempt cut off by the deadline may still be carried
+        out once Redis answers again (appends carry a token, finishes are recognised).
+        """
+        give_up = time.monotonic() + self.lock_ttl_ms / 1000
+        delay = 0.05
+        while True:
+            try:
+                return await write()
+            except StoreUnavailable:
+                if time.monotonic() + delay >= give_up:
+                    raise
+            await asyncio.sleep(delay)  # a refused connection fails at once: back off a little
+            delay = min(delay * 2, 0.5)
+
     # -- life -------------------------------------------------------------------------------
 
     async def start(self, runs: RunManager | None = None) -> None:
         """Start the reader, the cancel listener and the claim renewer; Redis may be down now."""
         self.runs = runs
         try:
-            await self.redis.ping()
+            async with self.call():
+                await self.redis.ping()
             self.connected = True
-        except (RedisError, OSError) as exc:
+        except (StoreUnavailable, RedisError) as exc:
             log.warning("Redis at %s is not reachable yet (%s); retrying in the background", self.url, exc)
         self._tasks = [
             asyncio.create_task(self.fanout.run(), name="redis-fanout"),
@@ -217,16 +276,6 @@ class RedisBackend:
         await self.control.aclose()
         await self.redis.aclose()
 
-    async def ping(self) -> bool:
-        """True when Redis answers now."""
-        try:
-            await self.redis.ping()
-        except (RedisError, OSError):
-            self.connected = False
-            return False
-        self.connected = True
-        return True
-
     async def _listen_for_cancels(self) -> None:
         """Cancel this instance's queries when another instance asks (a cancel sent to it)."""
         channel = self.cancel_channel(self.instance_id)
@@ -234,13 +283,14 @@ class RedisBackend:
         while not self.stopping:
             pubsub = self.reader_redis.pubsub(ignore_subscribe_messages=True)
             try:
-                await pubsub.subscribe(channel)
+                async with self.call():
+                    await pubsub.subscribe(channel)
                 delay = 0.05
                 while not self.stopping:
                     message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
                     if message and message.get("type") == "message" and self.runs is not None:
                         asyncio.create_task(self.runs.cancel(str(message["data"])))
-            except (RedisError, OSError) as exc:
+            except (StoreUnavailable, RedisError, OSError) as exc:
                 if self.stopping:
                     return
                 log.warning("cancel listener lost Redis (%s); reconnecting in %.2f s", exc, delay)
@@ -254,8 +304,10 @@ class RedisBackend:
         """Keep the claims of this instance's running queries alive; stop a query whose claim
         was lost (another instance declared it interrupted)."""
         interval = self.lock_ttl_ms / 3000
+        wait = retry = interval
         while not self.stopping:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(wait)
+            wait = interval
             if self.runs is None:
                 continue
             claims = self.runs.claims()
@@ -263,7 +315,7 @@ class RedisBackend:
                 continue
             now = int(time.time() * 1000)
             try:
-                async with self.control.pipeline(transaction=False) as pipe:
+                async with self.call(), self.control.pipeline(transaction=False) as pipe:
                     for session_id, fence in claims:
                         await self.control_scripts["RENEW"](
                             keys=[
@@ -276,12 +328,22 @@ class RedisBackend:
                             client=pipe,
                         )
                     kept = await pipe.execute()
-            except (RedisError, OSError) as exc:
+            except (StoreUnavailable, RedisError) as exc:
                 log.warning("could not renew %d run claim(s): %s", len(claims), exc)
+                # The claims run out while Redis is away: try again soon, so that they are
+                # renewed as soon as it answers, not up to a third of their lifetime later.
+                retry = wait = 0.05 if retry >= interval else min(retry * 2, interval)
                 continue
-            for (session_id, _), ok in zip(claims, kept, strict=True):
-                if not ok:
-                    log.warning("session %s: this instance's claim expired; stopping its query", session_id)
+            retry = interval
+            for (session_id, fence), ok in zip(claims, kept, strict=True):
+                run = self.runs.get(session_id)
+                # A run that found out first (its own write was refused) has stopped and said so.
+                if not ok and run is not None and run.fence == fence:
+                    log.warning(
+                        "session %s: this instance lost its claim (it expired, or the session is gone); "
+                        "stopping its query",
+                        session_id,
+                    )
                     asyncio.create_task(self.runs.cancel(session_id))
 
 
@@ -326,13 +388,12 @@ class _Appender:
         pending = batch
         for _ in range(2):  # a second pass after Redis lost its scripts (a restart)
             try:
-                with _store_errors():
-                    async with backend.redis.pipeline(transaction=False) as pipe:
-                        for keys, args, _future in pending:
-                            # EVALSHA directly: redis-py's script objects would check with
-                            # SCRIPT EXISTS first, a round trip per pipeline.
-                            pipe.evalsha(script.sha, len(keys), *keys, *args)
-                        results = await pipe.execute(raise_on_error=False)
+                async with backend.call(), backend.redis.pipeline(transaction=False) as pipe:
+                    for keys, args, _future in pending:
+                        # EVALSHA directly: redis-py's script objects would check with
+                        # SCRIPT EXISTS first, a round trip per pipeline.
+                        pipe.evalsha(script.sha, len(keys), *keys, *args)
+                    results = await pipe.execute(raise_on_error=False)
             except BaseException as exc:
                 for _keys, _args, future in pending:
                     if not future.done():
@@ -356,8 +417,9 @@ class _Appender:
                     future.set_result(result)
             if not missing:
                 return
-            with contextlib.suppress(RedisError, OSError):
-                await backend.redis.script_load(scripts.APPEND)
+            with contextlib.suppress(StoreUnavailable, RedisError):
+                async with backend.call():
+                    await backend.redis.script_load(scripts.APPEND)
             pending = missing
         for _keys, _args, future in pending:
             if not future.done():
@@ -423,7 +485,7 @@ class Fanout:
         self._by_key: dict[str, _Tail] = {}
         self._wake_key = f"{backend.prefix}:wake:{backend.instance_id}"
         self._wake_cursor = "$"
-        self._check_interval = min(5.0, max(0.05, backend.lock_ttl_ms / 4000))
+        self._check_interval = backend.check_interval_s
         self._last_check = time.monotonic()
         self._last_exists_check = time.monotonic()
         self.subscribers = 0
@@ -446,7 +508,7 @@ class Fanout:
         tail = self.tails.get(session_id)
         if tail is None:
             backend = self.backend
-            with _store_errors():
+            async with backend.call():
                 last = int(await backend.redis.hget(backend.meta_key(session_id), "last_id") or 0)
             tail = self.tails.get(session_id)  # another subscriber may have won the race
             if tail is None:
@@ -467,8 +529,9 @@ class Fanout:
 
     async def _poke(self) -> None:
         """Make the blocked XREAD return, so it picks up a newly followed log."""
-        with contextlib.suppress(RedisError, OSError):
-            await self.backend.redis.xadd(self._wake_key, {"w": "1"}, maxlen=16, approximate=True)
+        with contextlib.suppress(StoreUnavailable, RedisError):
+            async with self.backend.call():
+                await self.backend.redis.xadd(self._wake_key, {"w": "1"}, maxlen=16, approximate=True)
 
     def fail_all(self, error: StoreUnavailable) -> None:
         for tail in list(self.tails.values()):
@@ -488,23 +551,27 @@ class Fanout:
             try:
                 if self._wake_cursor == "$":
                     # Learn the wake stream's position first, so no poke is missed later.
-                    newest = await backend.reader_redis.xrevrange(self._wake_key, count=1)
+                    async with backend.call():
+                        newest = await backend.reader_redis.xrevrange(self._wake_key, count=1)
                     self._wake_cursor = newest[0][0] if newest else "0-0"
                     continue
-                result = await backend.reader_redis.xread(
-                    streams, block=int(self._check_interval * 1000), count=READ_BATCH
-                )
+                # A Redis that hangs ends the followed logs too, once the block plus the deadline
+                # is over, and its subscribers resume once it answers again.
+                async with backend.call(extra_s=self._check_interval):
+                    result = await backend.reader_redis.xread(
+                        streams, block=int(self._check_interval * 1000), count=READ_BATCH
+                    )
                 delay = 0.05
                 backend.connected = True
             except asyncio.CancelledError:
                 raise
-            except (RedisError, OSError) as exc:
+            except (StoreUnavailable, RedisError) as exc:
                 if backend.stopping:
                     return
                 backend.connected = False
                 if self.tails:
                     log.warning("lost Redis (%s): ending %d followed log(s); retrying", exc, len(self.tails))
-                self.fail_all(_unavailable(exc))
+                self.fail_all(exc if isinstance(exc, StoreUnavailable) else _unavailable(exc))
                 self._wake_cursor = "$"
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
@@ -548,7 +615,7 @@ class Fanout:
         running = [tail for tail in self.tails.values() if tail.status == RUNNING]
         try:
             if running:
-                async with backend.control.pipeline(transaction=False) as pipe:
+                async with backend.call(), backend.control.pipeline(transaction=False) as pipe:
                     for tail in running:
                         await backend.control_scripts["REAP"](
                             keys=backend.session_keys(tail.session_id),
@@ -559,7 +626,7 @@ class Fanout:
             if time.monotonic() - self._last_exists_check >= 5.0 and self.tails:
                 self._last_exists_check = time.monotonic()
                 tails = list(self.tails.values())
-                async with backend.control.pipeline(transaction=False) as pipe:
+                async with backend.call(), backend.control.pipeline(transaction=False) as pipe:
                     for tail in tails:
                         pipe.exists(backend.meta_key(tail.session_id))
                     found = await pipe.execute()
@@ -567,7 +634,7 @@ class Fanout:
                     if not exists:
                         tail.closed = True
                         tail.wake()
-        except (RedisError, OSError) as exc:
+        except (StoreUnavailable, RedisError) as exc:
             log.warning("session check failed: %s", exc)
 
 
@@ -598,7 +665,7 @@ class RedisEventLog(EventLog):
 
     async def kept_bytes(self) -> int:
         backend = self._backend
-        with _store_errors():
+        async with backend.call():
             value = await backend.redis.hget(self._meta_key, "bytes")
         return int(value or 0)
 
@@ -607,18 +674,27 @@ class RedisEventLog(EventLog):
         raw = event.model_dump_json()
         size = entry_bytes(len(raw))
         ts = time.time()
+        # Sized as the memory log sizes it, so the one bound keeps the same history in both
+        # stores (an entry takes less in Redis, so Redis stays well within it). The token makes
+        # a repeated append (redis-py's retries, or a run's below) count once.
+        args = [fence or "", raw, f"{ts:.6f}", size, backend.max_bytes, backend.next_token()]
         try:
-            # Sized as the memory log sizes it, so the one bound keeps the same history in both
-            # stores (an entry takes less in Redis, so Redis stays well within it).
-            entry_id = await backend.appender.append(
-                self._keys,
-                [fence or "", raw, f"{ts:.6f}", size, backend.max_bytes, backend.next_token()],
-            )
+            if fence:
+                entry_id = await backend.outlast(lambda: backend.appender.append(self._keys, args))
+            else:
+                entry_id = await backend.appender.append(self._keys, args)
         except ResponseError as exc:
             if "RUNLOST" in str(exc):
                 raise RunLost(f"session {self._session_id}: the run's claim expired") from None
             if "NOSESSION" in str(exc):
                 self._closed = True
+                if fence:
+                    # The session vanished under its query: deleted, or Redis came back without
+                    # its data. Losing it is not a failure of this service.
+                    raise RunLost(
+                        f"session {self._session_id} was lost from the store while its query ran "
+                        "(deleted, or Redis restarted without its data)"
+                    ) from None
                 raise RuntimeError("event log is closed") from None
             raise
         entry = LogEntry(int(entry_id), event, size, ts)
@@ -629,7 +705,7 @@ class RedisEventLog(EventLog):
 
     async def _range(self, after_id: int, limit: int | None) -> list[LogEntry]:
         backend = self._backend
-        with _store_errors():
+        async with backend.call():
             items = await backend.redis.xrange(self._log_key, min=f"{after_id + 1}-0", count=limit or None)
         entries = []
         for stream_id, fields in items:
@@ -679,13 +755,13 @@ class RedisEventLog(EventLog):
 
     async def last_id(self) -> int:
         backend = self._backend
-        with _store_errors():
+        async with backend.call():
             value = await backend.redis.hget(self._meta_key, "last_id")
         return int(value or 0)
 
     async def first_id(self) -> int:
         backend = self._backend
-        with _store_errors():
+        async with backend.call():
             async with backend.redis.pipeline(transaction=False) as pipe:
                 pipe.xrange(self._log_key, count=1)
                 pipe.hget(self._meta_key, "last_id")
@@ -722,7 +798,7 @@ class RedisSessionStore(SessionStore):
         session_id = new_session_id()
         created = time.time()
         try:
-            with _store_errors():
+            async with backend.call():
                 await backend.scripts["CREATE"](
                     keys=[backend.meta_key(session_id), backend.sessions_key, backend.owner_key(owner)],
                     args=[
@@ -749,7 +825,7 @@ class RedisSessionStore(SessionStore):
             return await self.local.get(session_id)
         backend = self.backend
         try:
-            with _store_errors():
+            async with backend.call():
                 flat = await backend.scripts["LOAD"](
                     keys=backend.session_keys(session_id), args=backend.interrupt_args()
                 )
@@ -778,25 +854,24 @@ class RedisSessionStore(SessionStore):
             return
         backend = self.backend
         keys = [*backend.session_keys(session_id), backend.sessions_key]
-        with _store_errors():
+        async with backend.call():
             deleted = await backend.scripts["DELETE"](keys=keys, args=[session_id, f"{time.time():.6f}"])
         if not deleted:
             raise SessionNotFound(session_id)
 
     async def count(self) -> int:
         backend = self.backend
-        with _store_errors():
+        async with backend.call():
             shared = await backend.redis.zcount(backend.sessions_key, int(time.time() * 1000), "+inf")
         return int(shared) + await self.local.count()
 
     async def expire_idle(self, now: float | None = None) -> list[str]:
         # Redis expires idle sessions by itself; only the local short-lived ones need a sweep.
         expired = await self.local.expire_idle(now)
+        backend = self.backend
         with contextlib.suppress(StoreUnavailable, RedisError):
-            with _store_errors():
-                await self.backend.redis.zremrangebyscore(
-                    self.backend.sessions_key, "-inf", int(time.time() * 1000)
-                )
+            async with backend.call():
+                await backend.redis.zremrangebyscore(backend.sessions_key, "-inf", int(time.time() * 1000))
         return expired
 
     async def claim_run(self, session: Session, run_id: str) -> str | None:
@@ -806,7 +881,7 @@ class RedisSessionStore(SessionStore):
         fence = f"{backend.instance_id}:{run_id}"
         now = time.time()
         try:
-            with _store_errors():
+            async with backend.call():
                 messages = await backend.scripts["CLAIM"](
                     keys=[*backend.session_keys(session.id), backend.sessions_key],
                     args=[
@@ -847,11 +922,16 @@ class RedisSessionStore(SessionStore):
         ]
         for event in events:
             args += [event.model_dump_json(), f"{now:.6f}"]
+        keys = [*backend.session_keys(session.id), backend.sessions_key]
+
+        async def finish() -> None:
+            async with backend.call():
+                await backend.scripts["FINISH"](keys=keys, args=args)
+
         try:
-            with _store_errors():
-                await backend.scripts["FINISH"](
-                    keys=[*backend.session_keys(session.id), backend.sessions_key], args=args
-                )
+            # Tried again through a short outage, like the run's appends: the script knows a
+            # finish it already carried out.
+            await backend.outlast(finish)
         except ResponseError as exc:
             if "RUNLOST" in str(exc):
                 raise RunLost(f"session {session.id}: the run's claim expired") from None
@@ -862,7 +942,7 @@ class RedisSessionStore(SessionStore):
             return False
         backend = self.backend
         lock_key = backend.lock_key(session_id)
-        with _store_errors():
+        async with backend.call():
             fence = await backend.redis.get(lock_key)
             if not fence:
                 return False
@@ -889,7 +969,7 @@ class RedisSessionStore(SessionStore):
                         if any(is_terminal(entry.event) for entry in batch):
                             return
                         if not batch:
-                            with _store_errors():
+                            async with backend.call():
                                 if await backend.redis.get(lock_key) != fence:
                                     return
 
@@ -906,5 +986,6 @@ def make_store(
         session_ttl_s=settings.session_ttl_s,
         max_bytes=settings.session_events_max_bytes,
         max_sessions=settings.max_sessions,
+        deadline_s=settings.redis_deadline_s,
     )
     return backend, RedisSessionStore(backend, local_factory(), max_per_owner=settings.quota("sessions"))

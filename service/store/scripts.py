@@ -3,7 +3,8 @@
 Keys of a session (``P`` is ``AGENT_REDIS_PREFIX``):
 
 - ``P:s:<id>``      hash: owner, conversation, usage, status, the running query, ``last_id``,
-  ``bytes`` (the log's kept size), ``tok`` (the last append's token, for safe retries)
+  ``bytes`` (the log's kept size), ``tok`` (the last append's token, for safe retries), ``fin``
+  (the claim of the last query that finished, so a retried finish is known)
 - ``P:s:<id>:log``  stream: one entry per event with the id ``<n>-0`` (``n`` is the event's
   integer id), fields ``e`` (the event's JSON), ``t`` (when it was logged), ``n`` (its size as the byte
   bound counts it, the same as in memory);
@@ -159,9 +160,12 @@ FINISH = (
     _APPEND
     + """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-if redis.call('GET', KEYS[3]) ~= ARGV[2] then return redis.error_reply('RUNLOST') end
+if redis.call('GET', KEYS[3]) ~= ARGV[2] then
+  if redis.call('HGET', KEYS[1], 'fin') == ARGV[2] then return 1 end
+  return redis.error_reply('RUNLOST')
+end
 redis.call('HSET', KEYS[1], 'messages', ARGV[3], 'usage', ARGV[4], 'status', 'idle',
-  'run_id', '', 'run_msg', '', 'run_start', 0)
+  'run_id', '', 'run_msg', '', 'run_start', 0, 'fin', ARGV[2])
 redis.call('DEL', KEYS[3])
 local i = 8
 while i < #ARGV do

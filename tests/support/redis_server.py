@@ -2,7 +2,8 @@
 
 :class:`RedisServer` runs its own ``redis-server`` on a free loopback port in a fresh temp dir,
 with the append-only file fsynced on every write, so data survives :meth:`RedisServer.restart`
-and even :meth:`RedisServer.kill`.
+and even :meth:`RedisServer.kill`; :meth:`RedisServer.pause` freezes it (``SIGSTOP``) the way a
+hung host does, with its sockets open and silent.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -64,13 +66,17 @@ class RedisServer:
     """Its own ``redis-server`` on 127.0.0.1, AOF on with ``appendfsync always``, in a temp dir.
 
     ``start()`` returns once the server prints "Ready to accept connections"; ``restart()`` comes
-    back on the same port and dir, so the data is still there. As a context manager it starts on
-    entry and on exit stops the server and removes the dir.
+    back on the same port and dir, so the data is still there (with ``persistent=False``, no AOF:
+    a restart comes back empty). As a context manager it starts on entry and on exit stops the
+    server and removes the dir.
     """
 
-    def __init__(self, binary: str = "redis-server", start_timeout: float = 15.0) -> None:
+    def __init__(
+        self, binary: str = "redis-server", start_timeout: float = 15.0, *, persistent: bool = True
+    ) -> None:
         self.binary = binary
         self.start_timeout = start_timeout
+        self.persistent = persistent
         self.port: int | None = None
         self.dir = Path(tempfile.mkdtemp(prefix="agentstream-redis-"))
         self.process: subprocess.Popen[bytes] | None = None
@@ -115,7 +121,7 @@ class RedisServer:
         # stderr joins stdout: one pipe, drained on a thread, read for the ready line.
         options = {
             "save": "",
-            "appendonly": "yes",
+            "appendonly": "yes" if self.persistent else "no",
             "appendfsync": "always",
             "dir": str(self.dir),
             "port": str(port),
@@ -141,6 +147,8 @@ class RedisServer:
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM and wait (SIGKILL if it takes longer than ``timeout``). A no-op when not running."""
         if self.process is not None and self.process.poll() is None:
+            # A paused server would not act on SIGTERM until continued.
+            self.process.send_signal(signal.SIGCONT)
             self.process.terminate()
             try:
                 self.process.wait(timeout)
@@ -155,6 +163,20 @@ class RedisServer:
             self.process.kill()
             self.process.wait()
         self._reap()
+
+    def pause(self) -> None:
+        """SIGSTOP: the server keeps its sockets (connects still complete) but answers nothing."""
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after :meth:`pause`: it answers again, commands sent meanwhile included."""
+        self._signal(signal.SIGCONT)
+
+    def _signal(self, signum: int) -> None:
+        if not self.running:
+            raise RuntimeError("the Redis server is not running")
+        assert self.process is not None
+        self.process.send_signal(signum)
 
     def restart(self) -> RedisServer:
         """Stop, then start again on the same port and dir (the AOF brings the data back)."""

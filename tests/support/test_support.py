@@ -1,5 +1,6 @@
-"""The test support works: a private redis-server keeps its data across restart and kill, the
-shared Redis is cleaned per prefix, and the service runs in its own processes."""
+"""The test support works: a private redis-server keeps its data across restart and kill (or, on
+request, nothing), pauses and resumes, the shared Redis is cleaned per prefix, and the service
+runs in its own processes."""
 
 from __future__ import annotations
 
@@ -42,6 +43,22 @@ def test_kill_ends_the_server_and_the_aof_survives_it(own_redis: RedisServer) ->
     own_redis.start()
     with own_redis.client() as client:
         assert client.get("k") == "written before the crash"
+
+
+def test_a_paused_server_answers_nothing_until_resumed_and_a_volatile_one_restarts_empty() -> None:
+    require_redis_server()
+    with RedisServer(persistent=False) as server, server.client(socket_timeout=0.3) as client:
+        client.set("k", "v")
+        server.pause()
+        try:
+            assert server.running
+            assert not reachable(server.url, timeout=0.3)
+        finally:
+            server.resume()
+        assert client.get("k") == "v"
+        server.pause()  # stopping a paused server does not wait for it to be resumed
+        server.restart()
+        assert client.get("k") is None
 
 
 def test_a_closed_server_leaves_nothing_behind() -> None:
