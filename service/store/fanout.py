@@ -1,0 +1,243 @@
+"""The one reader per instance: a blocking ``XREAD`` over the logs its clients follow, decoding each
+new entry once into a shared in-memory tail and waking the local subscribers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections import deque
+
+from redis.exceptions import RedisError
+
+from service.core.events import StatusChange
+from service.core.log import LogEntry
+from service.core.sessions import (
+    IDLE,
+    RUNNING,
+)
+from service.errors import StoreUnavailable
+from service.store.connection import (
+    READ_BATCH,
+    TAIL_ENTRIES,
+    RedisConnections,
+    decode_entry,
+    stream_entry_id,
+    unavailable,
+)
+
+log = logging.getLogger(__name__)
+
+
+class Tail:
+    """One followed log on this instance: the newest entries, decoded once, and a wake-up."""
+
+    __slots__ = (
+        "session_id",
+        "key",
+        "cursor",
+        "entries",
+        "changed",
+        "closed",
+        "failed",
+        "refs",
+        "status",
+        "appended",
+    )
+
+    def __init__(self, session_id: str, key: str, cursor: int, status: str) -> None:
+        self.session_id = session_id
+        self.key = key
+        self.cursor = cursor  # the newest id the reader has seen
+        self.entries: deque[LogEntry] = deque(maxlen=TAIL_ENTRIES)
+        self.changed = asyncio.Event()
+        self.closed = False
+        self.failed: StoreUnavailable | None = None
+        self.refs = 0
+        self.status = status
+        # Entries this instance appended, by id: the reader takes them instead of decoding the
+        # same JSON again.
+        self.appended: dict[int, LogEntry] = {}
+
+    def wake(self) -> None:
+        changed, self.changed = self.changed, asyncio.Event()
+        changed.set()
+
+    def after(self, cursor: int) -> list[LogEntry] | None:
+        """The cached entries after ``cursor``; ``None`` when the cache does not reach back."""
+        if cursor >= self.cursor:
+            return []
+        entries = self.entries
+        if not entries or entries[0].id > cursor + 1:
+            return None
+        # The newest ``self.cursor - cursor`` entries, taken from the right end: O(batch).
+        wanted = self.cursor - cursor
+        if wanted == 1:
+            return [entries[-1]]
+        batch = list(itertools.islice(reversed(entries), wanted))
+        batch.reverse()
+        return batch
+
+
+class Fanout:
+    """The one Redis reader of an instance, feeding every local subscriber of every session."""
+
+    def __init__(self, backend: RedisConnections) -> None:
+        self.backend = backend
+        self.tails: dict[str, Tail] = {}
+        self._by_key: dict[str, Tail] = {}
+        self._wake_key = f"{backend.prefix}:wake:{backend.instance_id}"
+        self._wake_cursor = "$"
+        self._check_interval = backend.check_interval_s
+        self._last_check = time.monotonic()
+        self._last_exists_check = time.monotonic()
+        self.subscribers = 0
+        self._subscribers_changed = asyncio.Event()
+
+    def _count(self, change: int) -> None:
+        self.subscribers += change
+        changed, self._subscribers_changed = self._subscribers_changed, asyncio.Event()
+        changed.set()
+
+    def subscribers_of(self, session_id: str) -> int:
+        tail = self.tails.get(session_id)
+        return tail.refs if tail is not None else 0
+
+    async def wait_subscribers(self, session_id: str, count: int) -> None:
+        while self.subscribers_of(session_id) != count:
+            await self._subscribers_changed.wait()
+
+    async def watch(self, session_id: str, status: str) -> Tail:
+        tail = self.tails.get(session_id)
+        if tail is None:
+            backend = self.backend
+            async with backend.call():
+                last = int(await backend.redis.hget(backend.meta_key(session_id), "last_id") or 0)
+            tail = self.tails.get(session_id)  # another subscriber may have won the race
+            if tail is None:
+                tail = Tail(session_id, backend.log_key(session_id), last, status)
+                self.tails[session_id] = tail
+                self._by_key[tail.key] = tail
+                await self._poke()
+        tail.refs += 1
+        self._count(+1)
+        return tail
+
+    def unwatch(self, tail: Tail) -> None:
+        tail.refs -= 1
+        if tail.refs <= 0 and self.tails.get(tail.session_id) is tail:
+            del self.tails[tail.session_id]
+            self._by_key.pop(tail.key, None)
+        self._count(-1)
+
+    async def _poke(self) -> None:
+        """Make the blocked XREAD return, so it picks up a newly followed log."""
+        with contextlib.suppress(StoreUnavailable, RedisError):
+            async with self.backend.call():
+                await self.backend.redis.xadd(self._wake_key, {"w": "1"}, maxlen=16, approximate=True)
+
+    def fail_all(self, error: StoreUnavailable) -> None:
+        for tail in list(self.tails.values()):
+            tail.failed = error
+            tail.wake()
+        # Failed tails are dropped: a resuming client starts a fresh one.
+        self.tails.clear()
+        self._by_key.clear()
+
+    async def run(self) -> None:
+        backend = self.backend
+        delay = 0.05
+        while not backend.stopping:
+            streams: dict[str, str] = {self._wake_key: self._wake_cursor}
+            for tail in self.tails.values():
+                streams[tail.key] = f"{tail.cursor}-0"
+            try:
+                if self._wake_cursor == "$":
+                    # Learn the wake stream's position first, so no poke is missed later.
+                    async with backend.call():
+                        newest = await backend.reader_redis.xrevrange(self._wake_key, count=1)
+                    self._wake_cursor = newest[0][0] if newest else "0-0"
+                    continue
+                # A Redis that hangs ends the followed logs too, once the block plus the deadline
+                # is over, and its subscribers resume once it answers again.
+                async with backend.call(extra_s=self._check_interval):
+                    result = await backend.reader_redis.xread(
+                        streams, block=int(self._check_interval * 1000), count=READ_BATCH
+                    )
+                delay = 0.05
+                backend.connected = True
+            except asyncio.CancelledError:
+                raise
+            except (StoreUnavailable, RedisError) as exc:
+                if backend.stopping:
+                    return
+                backend.connected = False
+                if self.tails:
+                    log.warning("lost Redis (%s): ending %d followed log(s); retrying", exc, len(self.tails))
+                self.fail_all(exc if isinstance(exc, StoreUnavailable) else unavailable(exc))
+                self._wake_cursor = "$"
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            for key, items in result or ():
+                if key == self._wake_key:
+                    self._wake_cursor = items[-1][0]
+                    continue
+                tail = self._by_key.get(key)
+                if tail is not None:
+                    self._deliver(tail, items)
+            if time.monotonic() - self._last_check >= self._check_interval:
+                await self._check()
+
+    def _deliver(self, tail: Tail, items: list[tuple[str, dict[str, str]]]) -> None:
+        for stream_id, fields in items:
+            entry_id = stream_entry_id(stream_id)
+            if entry_id <= tail.cursor:
+                continue
+            if entry_id != tail.cursor + 1:
+                # Entries were purged before this reader saw them: the cache must stay
+                # contiguous, so it starts over (readers further back go to Redis).
+                tail.entries.clear()
+                tail.appended.clear()
+            entry = tail.appended.pop(entry_id, None) or decode_entry(stream_id, fields)
+            if entry is None:
+                # The mark of a deleted session is not an event: the cursor stays on the last one.
+                tail.closed = True
+                break
+            tail.cursor = entry_id
+            event = entry.event
+            if isinstance(event, StatusChange):
+                tail.status = RUNNING if event.status == RUNNING else IDLE
+            tail.entries.append(entry)
+        tail.wake()
+
+    async def _check(self) -> None:
+        """End the queries of followed sessions whose claims expired; notice deleted sessions."""
+        self._last_check = time.monotonic()
+        backend = self.backend
+        running = [tail for tail in self.tails.values() if tail.status == RUNNING]
+        try:
+            if running:
+                async with backend.call(), backend.control.pipeline(transaction=False) as pipe:
+                    for tail in running:
+                        await backend.control_scripts["REAP"](
+                            keys=backend.session_keys(tail.session_id),
+                            args=[*backend.interrupt_args(), ""],
+                            client=pipe,
+                        )
+                    await pipe.execute()
+            if time.monotonic() - self._last_exists_check >= 5.0 and self.tails:
+                self._last_exists_check = time.monotonic()
+                tails = list(self.tails.values())
+                async with backend.call(), backend.control.pipeline(transaction=False) as pipe:
+                    for tail in tails:
+                        pipe.exists(backend.meta_key(tail.session_id))
+                    found = await pipe.execute()
+                for tail, exists in zip(tails, found, strict=True):
+                    if not exists:
+                        tail.closed = True
+                        tail.wake()
+        except (StoreUnavailable, RedisError) as exc:
+            log.warning("session check failed: %s", exc)

@@ -1,0 +1,157 @@
+"""A session's event log as a Redis Stream (see :mod:`service.store.redis`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+
+from redis.exceptions import ResponseError
+
+from service.core.events import Event
+from service.core.log import EventLog, LogEntry, entry_bytes
+from service.core.sessions import (
+    IDLE,
+)
+from service.errors import RunLost
+from service.store.backend import RedisBackend
+from service.store.connection import READ_BATCH, TAIL_ENTRIES, decode_entry, stream_entry_id
+
+log = logging.getLogger(__name__)
+
+
+class RedisEventLog(EventLog):
+    """A session's event log as a Redis Stream (see the module docstring)."""
+
+    def __init__(self, backend: RedisBackend, session_id: str, status: str = IDLE) -> None:
+        self._backend = backend
+        self._session_id = session_id
+        self._status = status
+        self._closed = False
+        # The keys every call names, made once per log rather than once per event.
+        self._keys = backend.session_keys(session_id)
+        self._meta_key, self._log_key = self._keys[0], self._keys[1]
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def subscribers(self) -> int:
+        """Subscriptions open on this instance now."""
+        return self._backend.fanout.subscribers_of(self._session_id)
+
+    async def wait_subscribers(self, count: int) -> None:
+        """Return once exactly ``count`` subscriptions are open on this instance."""
+        await self._backend.fanout.wait_subscribers(self._session_id, count)
+
+    async def kept_bytes(self) -> int:
+        backend = self._backend
+        async with backend.call():
+            value = await backend.redis.hget(self._meta_key, "bytes")
+        return int(value or 0)
+
+    async def append(self, event: Event, *, fence: str | None = None) -> LogEntry:
+        backend = self._backend
+        raw = event.model_dump_json()
+        size = entry_bytes(len(raw))
+        ts = time.time()
+        # Sized as the memory log sizes it, so the one bound keeps the same history in both
+        # stores (an entry takes less in Redis, so Redis stays well within it). The token makes
+        # a repeated append (redis-py's retries, or a run's below) count once.
+        args = [fence or "", raw, f"{ts:.6f}", size, backend.max_bytes, backend.next_token()]
+        try:
+            if fence:
+                entry_id = await backend.outlast(lambda: backend.appender.append(self._keys, args))
+            else:
+                entry_id = await backend.appender.append(self._keys, args)
+        except ResponseError as exc:
+            if "RUNLOST" in str(exc):
+                raise RunLost(f"session {self._session_id}: the run's claim expired") from None
+            if "NOSESSION" in str(exc):
+                self._closed = True
+                if fence:
+                    # The session vanished under its query: deleted, or Redis came back without
+                    # its data. Losing it is not a failure of this service.
+                    raise RunLost(
+                        f"session {self._session_id} was lost from the store while its query ran "
+                        "(deleted, or Redis restarted without its data)"
+                    ) from None
+                raise RuntimeError("event log is closed") from None
+            raise
+        entry = LogEntry(int(entry_id), event, size, ts)
+        tail = backend.fanout.tails.get(self._session_id)
+        if tail is not None and entry.id > tail.cursor and len(tail.appended) < TAIL_ENTRIES:
+            tail.appended[entry.id] = entry
+        return entry
+
+    async def _range(self, after_id: int, limit: int | None) -> list[LogEntry]:
+        backend = self._backend
+        async with backend.call():
+            items = await backend.redis.xrange(self._log_key, min=f"{after_id + 1}-0", count=limit or None)
+        entries = []
+        for stream_id, fields in items:
+            entry = decode_entry(stream_id, fields)
+            if entry is None:
+                self._closed = True
+                break
+            entries.append(entry)
+        return entries
+
+    async def read(self, after_id: int, limit: int | None = None, *, strict: bool = True) -> list[LogEntry]:
+        after_id = max(after_id, 0)
+        entries = await self._range(after_id, limit)
+        if entries and entries[0].id > after_id + 1 and strict:
+            from service.errors import EventsPurged
+
+            raise EventsPurged(after_id, entries[0].id)
+        return entries
+
+    async def subscribe(
+        self, after_id: int = 0, *, idle_timeout: float | None = None
+    ) -> AsyncIterator[list[LogEntry]]:
+        fanout = self._backend.fanout
+        cursor = max(after_id, 0)
+        tail = await fanout.watch(self._session_id, self._status)
+        try:
+            while True:
+                changed = tail.changed
+                if tail.failed is not None:
+                    raise tail.failed
+                batch = tail.after(cursor)
+                if batch is None:
+                    batch = await self.read(cursor, READ_BATCH)
+                if batch:
+                    cursor = batch[-1].id
+                    yield batch
+                    continue
+                if tail.closed or self._closed:
+                    return
+                try:
+                    async with asyncio.timeout(idle_timeout):
+                        await changed.wait()
+                except TimeoutError:
+                    yield []
+        finally:
+            fanout.unwatch(tail)
+
+    async def last_id(self) -> int:
+        backend = self._backend
+        async with backend.call():
+            value = await backend.redis.hget(self._meta_key, "last_id")
+        return int(value or 0)
+
+    async def first_id(self) -> int:
+        backend = self._backend
+        async with backend.call():
+            async with backend.redis.pipeline(transaction=False) as pipe:
+                pipe.xrange(self._log_key, count=1)
+                pipe.hget(self._meta_key, "last_id")
+                first, last = await pipe.execute()
+        if first and "c" not in first[0][1]:
+            return stream_entry_id(first[0][0])
+        return int(last or 0) + 1
+
+    async def close(self) -> None:
+        self._closed = True

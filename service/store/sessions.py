@@ -1,0 +1,246 @@
+"""Sessions on Redis, shared by every instance; short-lived sessions stay in memory."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from redis.exceptions import RedisError, ResponseError
+
+from service.core.events import Event, Usage, is_terminal
+from service.core.sessions import (
+    IDLE,
+    RUNNING,
+    MemorySessionStore,
+    Session,
+    SessionStore,
+    new_session_id,
+    session_quota_exceeded,
+)
+from service.errors import RunInProgress, RunLost, SessionLimitReached, SessionNotFound, StoreUnavailable
+from service.store.backend import RedisBackend
+from service.store.log import RedisEventLog
+
+log = logging.getLogger(__name__)
+
+
+class RedisSessionStore(SessionStore):
+    """Sessions on Redis, shared by every instance; short-lived sessions stay in memory.
+
+    ``POST /agent/stream`` and the WebSocket ``run`` command use a session that lives for one
+    request on one instance; keeping those local costs Redis nothing.
+    """
+
+    def __init__(self, backend: RedisBackend, local: MemorySessionStore, *, max_per_owner: int = 0) -> None:
+        self.backend = backend
+        self.local = local
+        self.max_per_owner = max_per_owner  # lasting sessions per owner, on every instance together
+        self.max_sessions = backend.max_sessions
+        self.ttl_s = backend.session_ttl_ms / 1000
+
+    def _is_local(self, session: Session) -> bool:
+        return session.ephemeral
+
+    async def create(self, *, ephemeral: bool = False, owner: str = "") -> Session:
+        if ephemeral:
+            return await self.local.create(ephemeral=True, owner=owner)
+        backend = self.backend
+        session_id = new_session_id()
+        created = time.time()
+        try:
+            async with backend.call():
+                await backend.scripts["CREATE"](
+                    keys=[backend.meta_key(session_id), backend.sessions_key, backend.owner_key(owner)],
+                    args=[
+                        session_id,
+                        owner,
+                        f"{created:.6f}",
+                        backend.session_ttl_ms,
+                        int(created * 1000),
+                        backend.max_sessions,
+                        self.max_per_owner,
+                        backend.meta_key(""),
+                    ],
+                )
+        except ResponseError as exc:
+            if "SESSIONLIMIT" in str(exc):
+                raise SessionLimitReached(f"{backend.max_sessions} sessions are open") from None
+            if "OWNERLIMIT" in str(exc):
+                raise session_quota_exceeded(self.max_per_owner) from None
+            raise
+        return Session(id=session_id, log=RedisEventLog(backend, session_id), owner=owner, created_at=created)
+
+    async def get(self, session_id: str) -> Session:
+        with contextlib.suppress(SessionNotFound):
+            return await self.local.get(session_id)
+        backend = self.backend
+        try:
+            async with backend.call():
+                flat = await backend.scripts["LOAD"](
+                    keys=backend.session_keys(session_id), args=backend.interrupt_args()
+                )
+        except ResponseError as exc:
+            if "NOSESSION" in str(exc):
+                raise SessionNotFound(session_id) from None
+            raise
+        fields = dict(zip(flat[::2], flat[1::2], strict=True))
+        status = fields.get("status", IDLE)
+        return Session(
+            id=session_id,
+            log=RedisEventLog(backend, session_id, status),
+            messages=json.loads(fields.get("messages") or "[]"),
+            status=status,
+            owner=fields.get("owner", ""),
+            usage=Usage.model_validate_json(fields.get("usage") or "{}"),
+            created_at=float(fields.get("created") or 0),
+            run_id=fields.get("run_id", ""),
+            run_message=fields.get("run_msg", ""),
+            run_start_id=int(fields.get("run_start") or 0),
+        )
+
+    async def delete(self, session_id: str) -> None:
+        with contextlib.suppress(SessionNotFound):
+            await self.local.delete(session_id)
+            return
+        backend = self.backend
+        keys = [*backend.session_keys(session_id), backend.sessions_key]
+        async with backend.call():
+            deleted = await backend.scripts["DELETE"](keys=keys, args=[session_id, f"{time.time():.6f}"])
+        if not deleted:
+            raise SessionNotFound(session_id)
+
+    async def count(self) -> int:
+        backend = self.backend
+        async with backend.call():
+            shared = await backend.redis.zcount(backend.sessions_key, int(time.time() * 1000), "+inf")
+        return int(shared) + await self.local.count()
+
+    async def expire_idle(self, now: float | None = None) -> list[str]:
+        # Redis expires idle sessions by itself; only the local short-lived ones need a sweep.
+        expired = await self.local.expire_idle(now)
+        backend = self.backend
+        with contextlib.suppress(StoreUnavailable, RedisError):
+            async with backend.call():
+                await backend.redis.zremrangebyscore(backend.sessions_key, "-inf", int(time.time() * 1000))
+        return expired
+
+    async def claim_run(self, session: Session, run_id: str) -> str | None:
+        if self._is_local(session):
+            return None
+        backend = self.backend
+        fence = f"{backend.instance_id}:{run_id}"
+        now = time.time()
+        try:
+            async with backend.call():
+                messages = await backend.scripts["CLAIM"](
+                    keys=[*backend.session_keys(session.id), backend.sessions_key],
+                    args=[
+                        session.id,
+                        fence,
+                        backend.lock_ttl_ms,
+                        run_id,
+                        session.run_message,
+                        backend.session_ttl_ms,
+                        int(now * 1000),
+                        *backend.interrupt_args(),
+                    ],
+                )
+        except ResponseError as exc:
+            if "CLAIMED" in str(exc):
+                raise RunInProgress(session.id) from None
+            if "NOSESSION" in str(exc):
+                raise SessionNotFound(session.id) from None
+            raise
+        # The run continues the conversation as it stands now, not as this copy was read.
+        session.messages[:] = json.loads(messages or "[]")
+        return fence
+
+    async def finish_run(self, session: Session, fence: str | None, events: list[Event]) -> None:
+        if self._is_local(session) or fence is None:
+            await super().finish_run(session, fence, events)
+            return
+        backend = self.backend
+        now = time.time()
+        args: list[Any] = [
+            session.id,
+            fence,
+            json.dumps(session.messages, separators=(",", ":")),
+            session.usage.model_dump_json(),
+            backend.session_ttl_ms,
+            int(now * 1000),
+            backend.max_bytes,
+        ]
+        for event in events:
+            args += [event.model_dump_json(), f"{now:.6f}"]
+        keys = [*backend.session_keys(session.id), backend.sessions_key]
+
+        async def finish() -> None:
+            async with backend.call():
+                await backend.scripts["FINISH"](keys=keys, args=args)
+
+        try:
+            # Tried again through a short outage, like the run's appends: the script knows a
+            # finish it already carried out.
+            await backend.outlast(finish)
+        except ResponseError as exc:
+            if "RUNLOST" in str(exc):
+                raise RunLost(f"session {session.id}: the run's claim expired") from None
+            raise
+
+    async def cancel_elsewhere(self, session_id: str) -> bool:
+        if session_id in self.local:
+            return False
+        backend = self.backend
+        lock_key = backend.lock_key(session_id)
+        async with backend.call():
+            fence = await backend.redis.get(lock_key)
+            if not fence:
+                return False
+            after = await RedisEventLog(backend, session_id).last_id()
+            owner = fence.rpartition(":")[0]
+            receivers = await backend.redis.publish(backend.cancel_channel(owner), session_id)
+            if not receivers:
+                # Its instance is gone: end the query here rather than wait for the claim to expire.
+                await backend.scripts["REAP"](
+                    keys=backend.session_keys(session_id), args=[*backend.interrupt_args(), fence]
+                )
+                return True
+        await self._wait_for_end(session_id, lock_key, fence, after)
+        return True
+
+    async def _wait_for_end(self, session_id: str, lock_key: str, fence: str, after: int) -> None:
+        """Wait (at most twice the claim's lifetime) until the query's terminal event is logged."""
+        backend = self.backend
+        log_ = RedisEventLog(backend, session_id, RUNNING)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(backend.lock_ttl_ms * 2 / 1000):
+                async with contextlib.aclosing(log_.subscribe(after, idle_timeout=0.25)) as batches:
+                    async for batch in batches:
+                        if any(is_terminal(entry.event) for entry in batch):
+                            return
+                        if not batch:
+                            async with backend.call():
+                                if await backend.redis.get(lock_key) != fence:
+                                    return
+
+
+def make_store(
+    settings: Any, local_factory: Callable[[], MemorySessionStore]
+) -> tuple[RedisBackend, RedisSessionStore]:
+    """The backend and store the settings ask for (``AGENT_REDIS_URL`` and friends)."""
+    backend = RedisBackend(
+        settings.redis_url,
+        prefix=settings.redis_prefix,
+        instance_id=settings.instance_id,
+        lock_ttl_s=settings.redis_lock_ttl_s,
+        session_ttl_s=settings.session_ttl_s,
+        max_bytes=settings.session_events_max_bytes,
+        max_sessions=settings.max_sessions,
+        deadline_s=settings.redis_deadline_s,
+    )
+    return backend, RedisSessionStore(backend, local_factory(), max_per_owner=settings.quota("sessions"))
