@@ -18,8 +18,10 @@ import aiohttp
 from benchlib import ROOT
 from service.loadtest.load import raise_open_file_limit  # re-exported: the scripts raise theirs too
 
-# A benchmark is one anonymous client doing the work of thousands: no per-key quotas.
+# A benchmark is one anonymous client doing the work of thousands: no per-key quotas, and no
+# instance-wide bound on streams below what a scenario opens (10,000 idle SSE connections).
 NO_QUOTAS = {
+    "AGENT_MAX_STREAMS": "1000000",
     "AGENT_QUOTA_STREAMS": "0",
     "AGENT_QUOTA_RUNS": "0",
     "AGENT_QUOTA_REQUESTS_PER_MINUTE": "0",
