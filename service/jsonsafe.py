@@ -1,7 +1,8 @@
 """JSON from outside the process, parsed with a bound on its nesting.
 
-Every JSON input a client sends (HTTP bodies, WebSocket messages, MCP messages) goes through
-:func:`loads`. Python's parser refuses about a thousand levels with ``RecursionError``, and
+Every JSON input a client sends (HTTP bodies, WebSocket messages, MCP messages, tokens) goes
+through :func:`loads`, and so does every JSON the providers read from a model upstream (with a
+bound of their own, :mod:`service.providers.upstream_json`). Python's parser refuses about a thousand levels with ``RecursionError``, and
 shallower documents can still exhaust the stack later (validation and re-encoding recurse too),
 so nesting past :data:`MAX_DEPTH` is refused up front as malformed input, a ``ValueError``
 like any other.
@@ -20,7 +21,7 @@ class JsonTooDeep(ValueError):
     """The document nests deeper than allowed."""
 
     def __init__(self, max_depth: int) -> None:
-        super().__init__(f"nested too deeply (more than {max_depth} levels)")
+        super().__init__(f"nested more than {max_depth} levels deep")
         self.max_depth = max_depth
 
 

@@ -91,7 +91,7 @@ async def test_http_bodies(
     for document in (nested_list(depth), body_with(nested_object(depth), key)):
         async with client.post(path, data=document, headers={"Content-Type": "application/json"}) as response:
             assert response.status == 400, await response.text()
-            assert "nested too deeply" in (await response.json())["error"]
+            assert "nested more than" in (await response.json())["error"]
     assert_clean_log(caplog)
 
 
@@ -124,7 +124,7 @@ async def test_mcp_messages(client: TestClient, caplog: pytest.LogCaptureFixture
         async with client.post("/mcp", data=document, headers=MCP_HEADERS) as response:
             assert response.status == 400, await response.text()
             body = await response.json()
-            assert body["error"]["code"] == -32700 and "nested too deeply" in body["error"]["message"]
+            assert body["error"]["code"] == -32700 and "nested more than" in body["error"]["message"]
     assert_clean_log(caplog)
 
 
