@@ -348,7 +348,9 @@ async def test_a_stalled_reader_does_not_hold_up_the_run(make_client: ClientFact
     await send(client, session_id, "A long story [emu:tokens=2000] [emu:tps=4000]")
     # A client that asks for the stream and never reads a byte.
     reader, writer = await asyncio.open_connection(client.host, client.port)
-    writer.write(f"GET /sessions/{session_id}/events?last_event_id=0 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+    writer.write(
+        f"GET /sessions/{session_id}/events?last_event_id=0 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
+    )
     await writer.drain()
     async with client.get(f"/sessions/{session_id}/events") as response:
         normal = [event async for event in sse_events(response)]
