@@ -107,22 +107,29 @@ class Follower:
 
     async def _follow(self) -> AsyncGenerator[list[LogEntry], None]:
         subscription = self.log.subscribe(self.last_id, idle_timeout=self.idle_timeout)
+        # Read once: this loop runs once per batch for every subscriber.
+        on_wait, stop = self._on_wait, self.stop
         try:
             while True:
+                if on_wait is not None:
+                    on_wait(True)
                 try:
-                    batch = await self._next(subscription)
+                    batch = await anext(subscription)
                 except StopAsyncIteration:
                     break
+                finally:
+                    if on_wait is not None:
+                        on_wait(False)
                 if not batch:
                     yield batch
                     continue
-                terminal = self._cut(batch)
+                terminal = None if stop is Stop.NEVER else self._cut(batch)
                 if terminal is not None:
                     batch = batch[: terminal + 1]
                 self.last_id = batch[-1].id
                 yield batch
                 if terminal is not None and (
-                    self.stop is Stop.AT_TERMINAL or self.last_id == await self.log.last_id()
+                    stop is Stop.AT_TERMINAL or self.last_id == await self.log.last_id()
                 ):
                     self.ending = Ending("done", self.last_id)
                     return
@@ -138,16 +145,6 @@ class Follower:
             )
         finally:
             await subscription.aclose()
-
-    async def _next(self, subscription: AsyncGenerator[list[LogEntry], None]) -> list[LogEntry]:
-        on_wait = self._on_wait
-        if on_wait is None:
-            return await anext(subscription)
-        on_wait(True)
-        try:
-            return await anext(subscription)
-        finally:
-            on_wait(False)
 
     def _cut(self, batch: list[LogEntry]) -> int | None:
         """The index of the terminal event this follower stops at, if the batch holds one."""
