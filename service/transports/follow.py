@@ -18,7 +18,7 @@ leaves).
 from __future__ import annotations
 
 import enum
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal
@@ -75,9 +75,8 @@ class Follower:
     Use as ``async with Follower(log, after) as batches: async for batch in batches: ...``.
     With ``idle_timeout``, an empty batch comes whenever nothing was appended for that long, so a
     transport can send a keep-alive. :attr:`last_id` is the id of the last entry handed out.
-    ``on_wait(True)`` is called when the follower starts waiting on the log for what comes next, and
-    ``on_wait(False)`` when it stops: only then may a shutdown interrupt it without cutting anything
-    short (the SSE streams' drain relies on it).
+    :attr:`waiting` is True while the follower waits on the log for what comes next: only then may
+    a shutdown interrupt it without cutting anything short (the SSE streams' drain relies on it).
     """
 
     def __init__(
@@ -87,13 +86,12 @@ class Follower:
         *,
         stop: Stop = Stop.NEVER,
         idle_timeout: float | None = None,
-        on_wait: Callable[[bool], None] | None = None,
     ) -> None:
         self.log = log
         self.last_id = after
         self.stop = stop
         self.idle_timeout = idle_timeout
-        self._on_wait = on_wait
+        self.waiting = False
         self.ending: Ending | None = None
         self._batches = self._follow()
 
@@ -108,18 +106,16 @@ class Follower:
     async def _follow(self) -> AsyncGenerator[list[LogEntry], None]:
         subscription = self.log.subscribe(self.last_id, idle_timeout=self.idle_timeout)
         # Read once: this loop runs once per batch for every subscriber.
-        on_wait, stop = self._on_wait, self.stop
+        stop = self.stop
         try:
             while True:
-                if on_wait is not None:
-                    on_wait(True)
+                self.waiting = True
                 try:
                     batch = await anext(subscription)
                 except StopAsyncIteration:
                     break
                 finally:
-                    if on_wait is not None:
-                        on_wait(False)
+                    self.waiting = False
                 if not batch:
                     yield batch
                     continue

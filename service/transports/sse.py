@@ -200,17 +200,13 @@ async def _follow(
     log = session.log
     settings = context.settings
     delivered = context.metrics.events_delivered.labels("sse")
-    # While this stream waits on the log for its next batch, a shutdown may end it there (see
+    follower = Follower(log, after, stop=Stop.AT_REST, idle_timeout=settings.heartbeat_interval_s)
+    # A shutdown may end this stream while its follower waits on the log for the next batch (see
     # _drain); only then, so nothing is cut short mid-write or mid-read.
-    waiting = request.app[SESSION_STREAMS]
+    streams = request.app[SESSION_STREAMS]
     task = asyncio.current_task()
-
-    def parked(now: bool) -> None:
-        (waiting.add if now else waiting.discard)(task)
-
-    follower = Follower(
-        log, after, stop=Stop.AT_REST, idle_timeout=settings.heartbeat_interval_s, on_wait=parked
-    )
+    if task is not None:
+        streams[task] = follower
     # The status as of the last event sent: on a shared store the session object is a copy
     # read when the request came, and the log's status changes are what keep it current.
     status = session.status
@@ -253,6 +249,8 @@ async def _follow(
         task.uncancel()
         await _drain(request, response, context, log, follower.last_id)
         return
+    finally:
+        streams.pop(task, None)
     ending = follower.ending
     if ending is not None and ending.reason in {"purged", "store_unavailable"}:
         # Fell behind the purge horizon (a reconnect with its last id gets the 410 with a
@@ -286,8 +284,8 @@ DRAIN = "drain"
 # The streams a shutdown ended (by the task, not by the cancellation's message: a library on the
 # way, such as a Redis client interrupted mid-command, may raise a CancelledError of its own).
 DRAINED = web.AppKey("drained_streams", set)
-# The handler tasks of session streams suspended waiting for their next batch.
-SESSION_STREAMS = web.AppKey("session_streams", set)
+# The handler tasks of the open session streams, with their followers.
+SESSION_STREAMS = web.AppKey("session_streams", dict)
 
 
 async def _drain_session_streams(app: web.Application) -> None:
@@ -295,7 +293,7 @@ async def _drain_session_streams(app: web.Application) -> None:
     waits for events (a query running on another instance, or one whose end it has yet to
     read) with what its log holds and a ``retry:`` hint, so the client reconnects, elsewhere,
     at once. Only streams suspended waiting are cancelled, so none is cut mid-write."""
-    tasks = list(app[SESSION_STREAMS])
+    tasks = [task for task, follower in app[SESSION_STREAMS].items() if follower.waiting]
     for task in tasks:
         app[DRAINED].add(task)
         task.cancel(DRAIN)
@@ -378,7 +376,7 @@ async def selftest_stream(request: web.Request) -> web.StreamResponse:
 
 def add_routes(app: web.Application) -> None:
     """Register the SSE routes."""
-    app[SESSION_STREAMS] = set()
+    app[SESSION_STREAMS] = {}
     app[DRAINED] = set()
     app.on_shutdown.append(_drain_session_streams)
     app.router.add_get("/selftest/stream", selftest_stream)
