@@ -179,12 +179,11 @@ class Supervisor:
     """Runs ``settings.workers`` worker processes on one port until a signal stops them."""
 
     settings: Settings
-    restarts: Callable[[], Restarts] = Restarts
     slots: list[_Slot] = field(init=False)
     code: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
-        self.slots = [_Slot(index, self.restarts()) for index in range(1, self.settings.workers + 1)]
+        self.slots = [_Slot(index, Restarts()) for index in range(1, self.settings.workers + 1)]
         self._context = multiprocessing.get_context("spawn")
         self._signals: list[int] = []
         self._announced = False
