@@ -24,6 +24,9 @@ class Settings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
+    # Processes serving the one port (SO_REUSEPORT), sharing sessions through Redis; see
+    # service/workers.py. ``python -m service --workers N`` overrides it.
+    workers: int = Field(1, ge=1, le=256)
     provider: Literal["emulator", "bedrock", "openai"] = "emulator"
     model_id: str = Field(DEFAULT_MODEL_ID, min_length=1)
     max_turns: int = Field(10, ge=1, le=100)
@@ -139,6 +142,24 @@ class Settings(BaseSettings):
     def _openai_needs_url(self) -> Settings:
         if self.provider == "openai" and not self.openai_base_url:
             raise ValueError("AGENT_OPENAI_BASE_URL is required when AGENT_PROVIDER=openai")
+        return self
+
+    @model_validator(mode="after")
+    def _workers_share_sessions(self) -> Settings:
+        if self.workers == 1:
+            return self
+        # Each process would keep its own sessions, and a client would find its session only on
+        # the process its connection happened to reach.
+        if not self.redis_url:
+            raise ValueError(
+                f"AGENT_WORKERS={self.workers} (or --workers) runs {self.workers} processes, which share "
+                "sessions only through Redis: set AGENT_REDIS_URL, or run one worker"
+            )
+        if self.port == 0:
+            raise ValueError(
+                "AGENT_PORT=0 would give each of the AGENT_WORKERS processes a port of its own; "
+                "give the port they share"
+            )
         return self
 
     @model_validator(mode="after")

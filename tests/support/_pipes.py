@@ -45,7 +45,7 @@ class PipeDrain:
                     self._lines.append(line)
                     if self.ready_line is None and self._marker is not None and self._marker(line):
                         self.ready_line = line
-                        self._condition.notify_all()
+                    self._condition.notify_all()  # for wait_ready and wait_lines
         finally:
             self._stream.close()
             with self._condition:
@@ -57,6 +57,13 @@ class PipeDrain:
         with self._condition:
             self._condition.wait_for(lambda: self.ready_line is not None or self._closed, timeout)
             return self.ready_line is not None
+
+    def wait_lines(self, match: Callable[[str], bool], count: int, timeout: float) -> list[str]:
+        """The kept lines that ``match``, once there are ``count`` of them (fewer: the pipe closed or
+        time ran out first)."""
+        with self._condition:
+            self._condition.wait_for(lambda: self._closed or sum(map(match, self._lines)) >= count, timeout)
+            return [line for line in self._lines if match(line)]
 
     def join(self, timeout: float = 5.0) -> None:
         """Wait for EOF (the child has exited and the last lines are read)."""

@@ -38,7 +38,7 @@ NO_QUOTAS = {
 
 
 def _is_ready_line(line: str) -> bool:
-    # service/__main__.py prints aiohttp's banner as "... agentstream (<provider>) on http://host:port ..."
+    # service/workers.py prints aiohttp's banner as "... agentstream (<provider>) on http://host:port ..."
     return "agentstream (" in line and "on http://" in line
 
 
@@ -84,6 +84,13 @@ class ServiceProcess:
         stdout = self._stdout.tail(lines) if self._stdout else ""
         stderr = self._stderr.tail(lines) if self._stderr else ""
         return f"--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}"
+
+    def log_lines(
+        self, match: Callable[[str], bool], count: int = 1, timeout: float = READY_TIMEOUT_S
+    ) -> list[str]:
+        """The lines of the service's stderr (its log) that ``match``, waiting until there are
+        ``count`` of them (at most ``timeout``; fewer if it exits or time runs out). Blocks."""
+        return self._stderr.wait_lines(match, count, timeout) if self._stderr else []
 
     def _environment(self) -> dict[str, str]:
         environment = {**os.environ, **NO_QUOTAS, "PYTHONUNBUFFERED": "1"}
@@ -158,6 +165,12 @@ class ServiceProcess:
     async def astart(self) -> ServiceProcess:
         """:meth:`start` on a thread."""
         return await asyncio.to_thread(self.start)
+
+    async def alog_lines(
+        self, match: Callable[[str], bool], count: int = 1, timeout: float = READY_TIMEOUT_S
+    ) -> list[str]:
+        """:meth:`log_lines` on a thread."""
+        return await asyncio.to_thread(self.log_lines, match, count, timeout)
 
     async def aterminate(self, timeout: float = 15.0) -> int | None:
         """:meth:`terminate` on a thread."""
