@@ -16,10 +16,10 @@ It reports:
 - the time the service adds between the emulator writing a run's first token and this client
   reading the first event (p50, p99), from the emulator's own record of when it wrote it.
 
-``--paced`` (implied by ``--baseline`` and ``--workers``) measures instead, in one invocation, 200
-and 500 runs (``--runs``) paced like a real model (first token 600-1,200 ms, 50-100 tokens/s,
-drawn per run; 150 tokens), one SSE subscriber per run (the response itself), each server pinned
-alone to CPU 1 and the client and the emulators on CPU 0, against:
+``--paced`` (implied by any of its options: ``--baseline``, ``--workers``, ``--rounds`` ...) measures
+instead, in one invocation, 200 and 500 runs (``--runs``) paced like a real model (first token
+600-1,200 ms, 50-100 tokens/s, drawn per run; 150 tokens), one SSE subscriber per run (the response
+itself), each server pinned alone to CPU 1 and the client and the emulators on CPU 0, against:
 
 - ``current``: the service of this tree;
 - ``baseline``: the service as of ``--baseline GIT_REF`` (a temporary git worktree, the same venv);
@@ -30,10 +30,10 @@ alone to CPU 1 and the client and the emulators on CPU 0, against:
 The targets take turns round by round (A B C A B C ...), medians of ``--rounds``. Per target: the
 first-token time added (the client's first text event minus the emulator's record of writing the
 first token), inter-token jitter (the gap between text events minus the run's pacing interval),
-the last token's lateness against the pace (a growing backlog), the loop lag (``/healthz?lag_since=``,
-the relay with the same monitor), the server's CPU per token delivered (``/proc/<pid>/stat``, its
-workers included), its most threads, every run ending with ``done``; and current / baseline,
-current / relay ratios.
+the last token's lateness against the pace (a growing backlog), the loop lag
+(``/healthz?lag_since=``, the relay with the same monitor), the server's CPU per token delivered
+(``/proc/<pid>/stat``, its workers included), its most threads, every run ending with ``done``; and
+current / baseline, current / relay ratios.
 """
 
 from __future__ import annotations
@@ -177,16 +177,18 @@ def paced(args: argparse.Namespace) -> None:
     cfg = Config(
         sizes=[n for n in (args.runs or [200, 500]) if n > 0],
         tokens=args.tokens or 150,
-        ttft_ms=tuple(args.paced_ttft_ms),
-        tps=tuple(args.paced_tps),
-        rounds=args.rounds,
+        ttft_ms=tuple(args.paced_ttft_ms or (600, 1200)),
+        tps=tuple(args.paced_tps or (50, 100)),
+        rounds=args.rounds or 3,
         warm=args.warm or 0,
         provider=args.provider,
         relay=not args.no_relay,
         workers=args.workers,
-        workers_runs=args.workers_runs,
+        workers_runs=args.workers_runs or 1000,
         logs=Path(tempfile.mkdtemp(prefix="bench_concurrency-logs-")),
     )
+    if not cfg.sizes and not cfg.workers:
+        sys.exit("bench_concurrency: --runs 0 and no --workers: nothing to measure")
     raise_open_file_limit()
     if can_pin():
         os.sched_setaffinity(0, {CLIENT_CPU})
@@ -221,7 +223,10 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--runs", type=int, nargs="+", help="concurrent runs (default 200; --paced: sizes, default 200 500)"
+        "--runs",
+        type=int,
+        nargs="+",
+        help="concurrent runs (default 200; --paced: the sizes on one core, default 200 500, 0 for none)",
     )
     parser.add_argument("--tokens", type=int, help="tokens per run (default 50; --paced: 150)")
     parser.add_argument("--tps", type=float, default=20.0, help="emulator tokens per second")
@@ -257,19 +262,30 @@ def main() -> None:
     paced_options.add_argument("--paced", action="store_true", help="the side-by-side comparison")
     paced_options.add_argument("--baseline", metavar="GIT_REF", help="also the service as of this ref")
     paced_options.add_argument("--no-relay", action="store_true", help="leave the bare relay out")
-    paced_options.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
+    paced_options.add_argument("--rounds", type=int, help="alternating rounds (default 3)")
     paced_options.add_argument(
-        "--paced-ttft-ms", type=int, nargs=2, default=[600, 1200], metavar=("LO", "HI"), help="first token"
+        "--paced-ttft-ms", type=int, nargs=2, metavar=("LO", "HI"), help="first token (600 1200)"
     )
     paced_options.add_argument(
-        "--paced-tps", type=int, nargs=2, default=[50, 100], metavar=("LO", "HI"), help="tokens per second"
+        "--paced-tps", type=int, nargs=2, metavar=("LO", "HI"), help="tokens per second (50 100)"
     )
     paced_options.add_argument(
         "--workers", type=int, default=0, metavar="N", help="also `python -m service --workers N` on Redis"
     )
-    paced_options.add_argument("--workers-runs", type=int, default=1000, help="runs for --workers (1000)")
+    paced_options.add_argument("--workers-runs", type=int, help="runs for --workers (1000)")
     args = parser.parse_args()
-    if args.paced or args.baseline or args.workers:
+    # Any option of the comparison asks for it: ``--runs 500 --rounds 2`` is not the old scenario.
+    paced_only = (
+        "paced",
+        "baseline",
+        "workers",
+        "rounds",
+        "no_relay",
+        "paced_ttft_ms",
+        "paced_tps",
+        "workers_runs",
+    )
+    if any(getattr(args, name) for name in paced_only):
         paced(args)
         return
     if args.runs and len(args.runs) > 1:

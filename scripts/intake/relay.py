@@ -80,9 +80,14 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def start(app: web.Application) -> None:
-    """Open the upstream connection pool (no limit, as the service's) and start the lag monitor."""
+    """Open the upstream connection pool and start the lag monitor.
+
+    No limit and no idle expiry (aiohttp's default drops a connection idle for 15 s), as botocore's
+    pool in the service: between its batches the relay waits while the other targets run.
+    """
     app[HTTP] = aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=None, sock_connect=30)
+        connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=3600),
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
     )
     app[MONITOR].start()
 

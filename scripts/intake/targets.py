@@ -69,8 +69,22 @@ class Target:
     workers: int = 1
 
     def pids(self) -> list[int]:
-        """The server's processes now: its own and its workers'."""
-        return process_tree(self.pid)
+        """The server's processes now: its own and its workers' (not multiprocessing's helpers)."""
+        return [pid for pid in process_tree(self.pid) if not is_helper(pid)]
+
+
+# The sandbox's forkserver (and its children) idle through a run of text: they would only add
+# their threads. The workers that --workers spawns are not helpers (multiprocessing.spawn).
+HELPERS = (b"multiprocessing.forkserver", b"multiprocessing.resource_tracker")
+
+
+def is_helper(pid: int) -> bool:
+    """Whether a process is one of multiprocessing's helpers, not a server."""
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True  # gone: nothing to count
+    return any(helper in command for helper in HELPERS)
 
 
 class RelayStack(ProcessGroup):
