@@ -2,6 +2,8 @@
 
     python scripts/bench_concurrency.py                  # 200 runs, 50 tokens at 20 tokens/s
     python scripts/bench_concurrency.py --runs 400 --tokens 100 --json
+    python scripts/bench_concurrency.py --paced --baseline main     # current, baseline, relay side by side
+    python scripts/bench_concurrency.py --paced --workers 2         # ... and 1,000 runs on two workers
 
 Three processes, as in production: the emulator (``python -m service.emulator``, standing in
 for Bedrock), the service (``python -m service`` with ``AGENT_PROVIDER=bedrock`` and boto3's
@@ -13,25 +15,52 @@ It reports:
   ``/healthz?lag_since=`` (time.monotonic() is one clock for every process on Linux);
 - the time the service adds between the emulator writing a run's first token and this client
   reading the first event (p50, p99), from the emulator's own record of when it wrote it.
+
+``--paced`` (implied by any of its options: ``--baseline``, ``--workers``, ``--rounds`` ...) measures
+instead, in one invocation, 200 and 500 runs (``--runs``) paced like a real model (first token
+600-1,200 ms, 50-100 tokens/s, drawn per run; 150 tokens), one SSE subscriber per run (the response
+itself), each server pinned alone to CPU 1 and the client and the emulators on CPU 0, against:
+
+- ``current``: the service of this tree;
+- ``baseline``: the service as of ``--baseline GIT_REF`` (a temporary git worktree, the same venv);
+- ``relay``: a bare aiohttp relay, the floor (``scripts/intake/relay.py``: frames in, SSE out);
+- with ``--workers N``: ``python -m service --workers N`` on a private redis-server, unpinned,
+  at ``--workers-runs`` (1,000) runs.
+
+The targets take turns round by round (A B C A B C ...), medians of ``--rounds``. Per target: the
+first-token time added (the client's first text event minus the emulator's record of writing the
+first token), inter-token jitter (the gap between text events minus the run's pacing interval),
+the last token's lateness against the pace (a growing backlog), the loop lag
+(``/healthz?lag_since=``, the relay with the same monitor), the server's CPU per token delivered
+(``/proc/<pid>/stat``, its workers included), its most threads, every run ending with ``done``; and
+current / baseline, current / relay ratios.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from contextlib import AsyncExitStack
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib import ROOT  # noqa: E402
 from benchlib.api import client_session  # noqa: E402
-from benchlib.procs import wait_until_up  # noqa: E402
-from benchlib.stack import ServiceStack  # noqa: E402
+from benchlib.procs import CLIENT_CPU, can_pin, raise_open_file_limit, wait_until_up  # noqa: E402
+from benchlib.stack import ServiceStack, baseline_tree  # noqa: E402
 from benchlib.stats import spread  # noqa: E402
 from benchlib.streams import AgentRun, agent_stream  # noqa: E402
+from intake.compare import compare  # noqa: E402
+from intake.report import report as report_paced  # noqa: E402
+from intake.targets import Config, supports_workers  # noqa: E402
 
 
 async def bench(args: argparse.Namespace, extra_env: dict[str, str] | None = None) -> dict[str, object]:
@@ -138,21 +167,76 @@ async def compare_gc(args: argparse.Namespace, rounds: int) -> dict[str, object]
     }
 
 
+def paced(args: argparse.Namespace) -> None:
+    """``--paced``: current, baseline and relay side by side (and the workers), printed."""
+    if args.workers and not supports_workers(ROOT):
+        sys.exit(
+            f"bench_concurrency: --workers {args.workers}: the service in {ROOT} does not take "
+            "--workers yet (`python -m service --help` does not list it)"
+        )
+    cfg = Config(
+        sizes=[n for n in (args.runs or [200, 500]) if n > 0],
+        tokens=args.tokens or 150,
+        ttft_ms=tuple(args.paced_ttft_ms or (600, 1200)),
+        tps=tuple(args.paced_tps or (50, 100)),
+        rounds=args.rounds or 3,
+        warm=args.warm or 0,
+        provider=args.provider,
+        relay=not args.no_relay,
+        workers=args.workers,
+        workers_runs=args.workers_runs or 1000,
+        logs=Path(tempfile.mkdtemp(prefix="bench_concurrency-logs-")),
+    )
+    if not cfg.sizes and not cfg.workers:
+        sys.exit("bench_concurrency: --runs 0 and no --workers: nothing to measure")
+    raise_open_file_limit()
+    if can_pin():
+        os.sched_setaffinity(0, {CLIENT_CPU})
+    else:
+        cfg.notes.append("fewer than 2 CPUs available: nothing is pinned")
+    if args.provider != "bedrock" and cfg.relay:
+        cfg.notes.append("the relay reads the emulator's Bedrock route whatever --provider says")
+    if cfg.workers:
+        cfg.notes.append(
+            f"{cfg.workers_name}: unpinned on every core with the client and its emulator, Redis private"
+        )
+    try:
+        with contextlib.ExitStack() as trees:
+            if args.baseline:
+                cfg.baseline = trees.enter_context(baseline_tree(args.baseline))
+                cfg.baseline_ref = args.baseline
+                cfg.notes.append(f"baseline: the service as of {args.baseline} (a temporary worktree)")
+            result = asyncio.run(compare(cfg))
+    except (Exception, KeyboardInterrupt):
+        print(f"bench_concurrency: failed; the servers' output is in {cfg.logs}", file=sys.stderr)
+        raise
+    shutil.rmtree(cfg.logs, ignore_errors=True)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        report_paced(result)
+
+
 def main() -> None:
     """Command line entry point."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--runs", type=int, default=200)
-    parser.add_argument("--tokens", type=int, default=50)
+    parser.add_argument(
+        "--runs",
+        type=int,
+        nargs="+",
+        help="concurrent runs (default 200; --paced: the sizes on one core, default 200 500, 0 for none)",
+    )
+    parser.add_argument("--tokens", type=int, help="tokens per run (default 50; --paced: 150)")
     parser.add_argument("--tps", type=float, default=20.0, help="emulator tokens per second")
     parser.add_argument("--ttft-ms", type=float, default=200.0, help="emulator time to first token")
     parser.add_argument("--single-repeats", type=int, default=3)
     parser.add_argument(
         "--warm",
         type=int,
-        default=200,
-        help="concurrent short runs first, as a running service has warm pools",
+        help="concurrent short runs first, as a running service has warm pools "
+        "(default 200; --paced: each target's largest size)",
     )
     parser.add_argument(
         "--compare-gc",
@@ -174,7 +258,41 @@ def main() -> None:
         metavar="SERVICE_URL,EMULATOR_URL",
         help="use running processes instead of starting them",
     )
+    paced_options = parser.add_argument_group("--paced: current, baseline and relay side by side")
+    paced_options.add_argument("--paced", action="store_true", help="the side-by-side comparison")
+    paced_options.add_argument("--baseline", metavar="GIT_REF", help="also the service as of this ref")
+    paced_options.add_argument("--no-relay", action="store_true", help="leave the bare relay out")
+    paced_options.add_argument("--rounds", type=int, help="alternating rounds (default 3)")
+    paced_options.add_argument(
+        "--paced-ttft-ms", type=int, nargs=2, metavar=("LO", "HI"), help="first token (600 1200)"
+    )
+    paced_options.add_argument(
+        "--paced-tps", type=int, nargs=2, metavar=("LO", "HI"), help="tokens per second (50 100)"
+    )
+    paced_options.add_argument(
+        "--workers", type=int, default=0, metavar="N", help="also `python -m service --workers N` on Redis"
+    )
+    paced_options.add_argument("--workers-runs", type=int, help="runs for --workers (1000)")
     args = parser.parse_args()
+    # Any option of the comparison asks for it: ``--runs 500 --rounds 2`` is not the old scenario.
+    paced_only = (
+        "paced",
+        "baseline",
+        "workers",
+        "rounds",
+        "no_relay",
+        "paced_ttft_ms",
+        "paced_tps",
+        "workers_runs",
+    )
+    if any(getattr(args, name) for name in paced_only):
+        paced(args)
+        return
+    if args.runs and len(args.runs) > 1:
+        parser.error("several --runs sizes need --paced")
+    args.runs = args.runs[0] if args.runs else 200
+    args.tokens = args.tokens or 50
+    args.warm = 200 if args.warm is None else args.warm
     if args.compare_gc:
         comparison = asyncio.run(compare_gc(args, args.compare_gc))
         if args.json:

@@ -176,6 +176,35 @@ def rss_bytes(pid: int) -> int:
     raise RuntimeError("no VmRSS")
 
 
+def thread_count(pid: int) -> int:
+    """How many threads a process has now, from /proc (0 once it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and every live descendant of it (a service's worker processes), from /proc."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):  # gone meanwhile
+                continue
+            parents.setdefault(ppid, []).append(int(entry.name))
+    tree, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        tree.append(current)
+        todo += parents.get(current, [])
+    return tree
+
+
 class Meter:
     """Wall time, the CPU time of some processes and this client's CPU time over a ``with`` block."""
 

@@ -21,7 +21,8 @@ class ServiceStack(ProcessGroup):
     As in production: the service reaches the emulator as it would Bedrock (``AGENT_PROVIDER``
     ``bedrock``, boto3's ``AWS_ENDPOINT_URL_BEDROCK_RUNTIME``) or, with ``AGENT_PROVIDER=openai``
     in ``env``, over its OpenAI-compatible route. ``service_cpu`` and ``emulator_cpu`` pin them;
-    under ``logs`` each writes its output to a file of its own (``service_log``).
+    under ``logs`` each writes its output to a file of its own (``service_log``); ``service_args``
+    go on ``python -m service``'s command line (``--workers 2``, say).
     """
 
     def __init__(
@@ -33,12 +34,14 @@ class ServiceStack(ProcessGroup):
         service_cpu: int | None = None,
         emulator_cpu: int | None = None,
         logs: Path | None = None,
+        service_args: list[str] | None = None,
     ) -> None:
         super().__init__()
         self.emulator_port, self.port = free_port(), free_port()
         self.emulator_url = f"http://127.0.0.1:{self.emulator_port}"
         self.url = f"http://127.0.0.1:{self.port}"
         self.source = source
+        self.service_args = service_args or []
         self.service_cpu, self.emulator_cpu = service_cpu, emulator_cpu
         self.emulator_cmd = [
             sys.executable,
@@ -70,7 +73,7 @@ class ServiceStack(ProcessGroup):
         # The emulator always comes from the current tree: only the service is compared.
         emulator = self.start(self.emulator_cmd, cpu=self.emulator_cpu, log=self.emulator_log)
         service = self.start(
-            [sys.executable, "-m", "service"],
+            [sys.executable, "-m", "service", *self.service_args],
             self.env,
             cwd=self.source,
             cpu=self.service_cpu,
