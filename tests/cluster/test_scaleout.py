@@ -188,11 +188,15 @@ async def test_one_query_per_session_across_instances(pair: tuple[ServiceProcess
         # Both instances race for a fresh session: exactly one query starts.
         for _ in range(5):
             contested = await create_session(http, b)
+            # Long enough that the winner still runs when the other request is handled, however
+            # late a loaded machine lets it come (a query that had ended would rightly be followed).
             statuses = await asyncio.gather(
-                post_message(http, a, contested, "first [emu:tokens=3]"),
-                post_message(http, b, contested, "second [emu:tokens=3]"),
+                post_message(http, a, contested, "first [emu:tokens=2000] [emu:tps=50]"),
+                post_message(http, b, contested, "second [emu:tokens=2000] [emu:tps=50]"),
             )
             assert sorted(statuses) == [202, 409]
+            async with http.post(f"{a.base_url}/sessions/{contested}/cancel") as response:
+                assert response.status == 202
             events = await read_events(http, a, contested)
             assert [p["type"] for p in payloads(events)].count("processing") == 1
 
