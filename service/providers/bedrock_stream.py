@@ -20,6 +20,7 @@ import builtins
 from collections.abc import Callable
 from typing import Any
 
+import aiohttp
 import urllib3.exceptions
 from botocore import exceptions as botocore_exceptions
 
@@ -338,11 +339,22 @@ def stream_error_from_exception(exc: BaseException) -> ProviderError:
             retryable=False,
         )
     # Timeouts are tested before the connection errors they subclass, to keep their own code.
-    if isinstance(exc, (botocore_exceptions.ReadTimeoutError, urllib3.exceptions.ReadTimeoutError)):
-        return ProviderError(f"Bedrock did not answer in time: {exc}", code="read_timeout", retryable=True)
-    if isinstance(exc, botocore_exceptions.ConnectTimeoutError):
+    # aiobotocore wraps what fails before the stream in botocore's exceptions; what fails while
+    # the stream is read comes straight from aiohttp.
+    if isinstance(exc, (botocore_exceptions.ConnectTimeoutError, aiohttp.ConnectionTimeoutError)):
         return ProviderError(
             f"Could not reach Bedrock in time: {exc}", code="connect_timeout", retryable=True
+        )
+    if isinstance(
+        exc,
+        (
+            botocore_exceptions.ReadTimeoutError,
+            urllib3.exceptions.ReadTimeoutError,
+            aiohttp.ServerTimeoutError,
+        ),
+    ):
+        return ProviderError(
+            f"Bedrock did not answer in time: {exc or 'timed out'}", code="read_timeout", retryable=True
         )
     if isinstance(
         exc,
@@ -350,6 +362,8 @@ def stream_error_from_exception(exc: BaseException) -> ProviderError:
             botocore_exceptions.ConnectionError,
             botocore_exceptions.HTTPClientError,
             urllib3.exceptions.ProtocolError,
+            aiohttp.ClientConnectionError,
+            aiohttp.ClientPayloadError,
             builtins.ConnectionError,
         ),
     ):

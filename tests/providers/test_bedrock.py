@@ -1,11 +1,12 @@
-"""BedrockProvider over real HTTP (boto3 on a real port): against the emulator, and against a small
-fake Bedrock that answers with the exact event-stream frames a test writes (what the emulator
+"""BedrockProvider over real HTTP (aiobotocore on a real port): against the emulator, and against a
+small fake Bedrock that answers with the exact event-stream frames a test writes (what the emulator
 never sends)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -156,7 +157,7 @@ async def test_stream_yields_the_turns_events_then_its_result(
     assert result.message["content"] == [{"toolUse": {"toolUseId": "t1", "name": "calc", "input": {"x": 1}}}]
 
 
-async def test_closing_the_turns_stream_frees_its_thread_and_the_upstream_at_once(
+async def test_closing_the_turns_stream_closes_the_upstream_at_once(
     aiohttp_server: Any,
 ) -> None:
     server = await aiohttp_server(create_emulator_app(EmulatorConfig()))
@@ -180,5 +181,33 @@ async def test_closing_the_turns_stream_frees_its_thread_and_the_upstream_at_onc
             1.0,
         )
         assert record.deltas_sent < 2000
+    finally:
+        await provider.close()
+
+
+async def test_streams_in_flight_take_no_thread(aiohttp_server: Any) -> None:
+    server = await aiohttp_server(create_emulator_app(EmulatorConfig()))
+    provider = BedrockProvider(
+        model_id="m",
+        endpoint_url=str(server.make_url("")).rstrip("/"),
+        region_name="us-east-1",
+        credentials={"aws_access_key_id": "emulator", "aws_secret_access_key": "emulator"},
+        max_concurrent_runs=64,
+    )
+
+    def request(text: str) -> ModelRequest:
+        return ModelRequest([{"role": "user", "content": [{"text": text}]}])
+
+    try:
+        # The first request makes the client (and may start the loop's executor for TLS set-up).
+        assert [e async for e in provider.stream(request("warm [emu:tokens=1]"))]
+        threads = threading.active_count()
+        streams = [provider.stream(request(f"long {n} [emu:tokens=2000] [emu:tps=50]")) for n in range(50)]
+        firsts = await asyncio.gather(*(anext(stream) for stream in streams))
+        assert all(isinstance(event, TextDelta) for event in firsts)
+        assert provider.active_streams == 50
+        assert threading.active_count() == threads
+        await asyncio.gather(*(stream.aclose() for stream in streams))
+        assert provider.active_streams == 0
     finally:
         await provider.close()
