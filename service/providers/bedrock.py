@@ -27,12 +27,14 @@ import threading
 from collections.abc import AsyncGenerator
 from typing import Any
 
+import aiohttp
 from aiobotocore.config import AioConfig
 from aiobotocore.session import AioSession
 
 from service.core.events import Event
 from service.errors import ProviderError
 from service.providers.base import ModelRequest, TurnResult, alternate_roles, parse_stream
+from service.providers.bedrock_events import FrameDecoder, fast_event
 from service.providers.bedrock_stream import BedrockStreamParser, stream_error_from_exception
 
 SERVICE = "bedrock-runtime"
@@ -163,8 +165,18 @@ class BedrockProvider:
                 client = await self._get_client()
                 response = await client.converse_stream(**kwargs)
                 events = response["stream"]
-                async for event in events:
-                    yield event
+                raw = getattr(events, "_raw_stream", None)
+                if not isinstance(raw, aiohttp.ClientResponse):  # not aiohttp: aiobotocore's own reader
+                    async for event in events:
+                        yield event
+                    return
+                decoder = FrameDecoder()
+                # Whatever one read brought, all its frames at once: one wake-up per read.
+                while data := await raw.content.readany():
+                    for frame in decoder.feed(data):
+                        event = fast_event(frame) or await events._parse_event(frame.message())
+                        if event:  # botocore skips what parses to nothing (an unknown event type)
+                            yield event
             except Exception as exc:  # not GeneratorExit nor CancelledError: those just close
                 raise stream_error_from_exception(exc) from exc
         finally:

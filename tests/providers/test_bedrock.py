@@ -211,3 +211,37 @@ async def test_streams_in_flight_take_no_thread(aiohttp_server: Any) -> None:
         assert provider.active_streams == 0
     finally:
         await provider.close()
+
+
+async def test_padding_blobs_and_unknown_events_over_the_wire(
+    fake: tuple[FakeBedrock, BedrockProvider],
+) -> None:
+    upstream, provider = fake
+    upstream.body = frames(
+        ("messageStart", {"role": "assistant", "p": "abcd"}),
+        (
+            "contentBlockDelta",
+            {"contentBlockIndex": 0, "delta": {"reasoningContent": {"text": "hm"}}, "p": "ab"},
+        ),
+        # A blob, base64 on the wire: left to botocore's parser, which decodes it.
+        (
+            "contentBlockDelta",
+            {"contentBlockIndex": 0, "delta": {"reasoningContent": {"redactedContent": "c2VjcmV0"}}},
+        ),
+        ("contentBlockStop", {"contentBlockIndex": 0}),
+        ("someFutureEvent", {"x": 1}),  # botocore parses it to nothing; it is skipped
+        ("contentBlockDelta", {"contentBlockIndex": 1, "delta": {"text": "Hi"}, "p": "abcdefghijk"}),
+        ("messageStop", {"stopReason": "end_turn"}),
+    )
+    request = ModelRequest([{"role": "user", "content": [{"text": "hi"}]}])
+    raw = [event async for event in provider.raw_stream(request)]
+    assert [next(iter(event)) for event in raw] == [
+        "messageStart",
+        "contentBlockDelta",
+        "contentBlockDelta",
+        "contentBlockStop",
+        "contentBlockDelta",
+        "messageStop",
+    ]
+    assert raw[2]["contentBlockDelta"]["delta"] == {"reasoningContent": {"redactedContent": b"secret"}}
+    assert raw[4] == {"contentBlockDelta": {"delta": {"text": "Hi"}, "contentBlockIndex": 1}}
