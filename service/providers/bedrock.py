@@ -2,9 +2,13 @@
 
 aiobotocore is botocore on aiohttp: the same credential chain, region and endpoint settings
 (``AWS_ENDPOINT_URL_BEDROCK_RUNTIME`` among them), SigV4 signing, retries of a throttle or 5xx
-before the stream, and the same event-stream parsing, with every read awaited instead of blocking
-a thread. So a stream costs a coroutine and a socket, not a thread: hundreds of live streams run
-on the loop's one thread.
+before the stream, and the same service model, with every read awaited instead of blocking a
+thread. So a stream costs a coroutine and a socket, not a thread: hundreds of live streams run on
+the loop's one thread.
+
+The response body is read a socket read at a time and cut into frames by
+:mod:`service.providers.bedrock_events`; the per-token deltas are built there, every other event
+is parsed by aiobotocore's own EventStream parser (exception frames raise as they always did).
 
 One client per provider, made on first use (an ``AsyncExitStack`` holds it until :meth:`close`).
 Its aiohttp connection pool is sized for the configured number of concurrent runs. Leaving a

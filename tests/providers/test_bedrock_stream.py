@@ -1,7 +1,7 @@
-"""Tests for the Bedrock ConverseStream parser and the boto3 error mapping.
+"""Tests for the Bedrock ConverseStream parser and the mapping of the client's errors.
 
-Streams are plain lists of dicts shaped like what boto3's ``converse_stream(...)["stream"]``
-yields; botocore exceptions are built directly from their constructors.
+Streams are plain lists of dicts shaped like what botocore's parser makes of ConverseStream
+events; botocore and aiohttp exceptions are built directly from their constructors.
 """
 
 from __future__ import annotations
