@@ -23,6 +23,7 @@ import json
 import struct
 import zlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from botocore.eventstream import (
@@ -47,26 +48,16 @@ _MAX_PAYLOAD_LENGTH = 24 * 1024 * 1024
 _STRING = 7
 
 
+@dataclass(slots=True)
 class Frame:
     """One event-stream message: its headers, its payload, and what botocore needs to parse it."""
 
-    __slots__ = ("crc", "headers", "headers_length", "payload", "prelude_crc", "total_length")
-
-    def __init__(
-        self,
-        headers: dict[str, Any],
-        payload: bytes,
-        total_length: int,
-        headers_length: int,
-        prelude_crc: int,
-        crc: int,
-    ) -> None:
-        self.headers = headers
-        self.payload = payload
-        self.total_length = total_length
-        self.headers_length = headers_length
-        self.prelude_crc = prelude_crc
-        self.crc = crc
+    headers: dict[str, Any]
+    payload: bytes
+    total_length: int
+    headers_length: int
+    prelude_crc: int
+    crc: int
 
     def message(self) -> EventStreamMessage:
         """The same message as botocore's own decoder gives, for botocore's parser."""

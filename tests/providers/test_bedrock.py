@@ -58,6 +58,21 @@ async def fake(aiohttp_server: Any) -> AsyncIterator[tuple[FakeBedrock, BedrockP
     await made.close()
 
 
+@pytest.fixture
+async def emulated(aiohttp_server: Any) -> AsyncIterator[tuple[Any, BedrockProvider]]:
+    """The emulator on a real port and a provider pointed at it."""
+    server = await aiohttp_server(create_emulator_app(EmulatorConfig()))
+    made = BedrockProvider(
+        model_id="m",
+        endpoint_url=str(server.make_url("")).rstrip("/"),
+        region_name="us-east-1",
+        credentials={"aws_access_key_id": "emulator", "aws_secret_access_key": "emulator"},
+        max_concurrent_runs=64,
+    )
+    yield server, made
+    await made.close()
+
+
 async def run_turn(provider: BedrockProvider) -> tuple[list[Event], TurnResult]:
     """Stream one turn through the provider and a parser."""
     parser = BedrockStreamParser(turn=1)
@@ -158,59 +173,40 @@ async def test_stream_yields_the_turns_events_then_its_result(
 
 
 async def test_closing_the_turns_stream_closes_the_upstream_at_once(
-    aiohttp_server: Any,
+    emulated: tuple[Any, BedrockProvider],
 ) -> None:
-    server = await aiohttp_server(create_emulator_app(EmulatorConfig()))
-    provider = BedrockProvider(
-        model_id="m",
-        endpoint_url=str(server.make_url("")).rstrip("/"),
-        region_name="us-east-1",
-        credentials={"aws_access_key_id": "emulator", "aws_secret_access_key": "emulator"},
-    )
+    server, provider = emulated
     text = "A long story [emu:tokens=2000] [emu:tps=50]"
-    try:
-        stream = provider.stream(ModelRequest([{"role": "user", "content": [{"text": text}]}]))
-        async for event in stream:
-            if isinstance(event, TextDelta):
-                break
-        await stream.aclose()
-        assert await asyncio.to_thread(provider.wait_idle, 1.0)
-        record = await asyncio.to_thread(
-            server.app[RECORDS_KEY].wait_for,
-            lambda r: r.user_text == text and r.outcome == "client_closed",
-            1.0,
-        )
-        assert record.deltas_sent < 2000
-    finally:
-        await provider.close()
-
-
-async def test_streams_in_flight_take_no_thread(aiohttp_server: Any) -> None:
-    server = await aiohttp_server(create_emulator_app(EmulatorConfig()))
-    provider = BedrockProvider(
-        model_id="m",
-        endpoint_url=str(server.make_url("")).rstrip("/"),
-        region_name="us-east-1",
-        credentials={"aws_access_key_id": "emulator", "aws_secret_access_key": "emulator"},
-        max_concurrent_runs=64,
+    stream = provider.stream(ModelRequest([{"role": "user", "content": [{"text": text}]}]))
+    async for event in stream:
+        if isinstance(event, TextDelta):
+            break
+    await stream.aclose()
+    assert await asyncio.to_thread(provider.wait_idle, 1.0)
+    record = await asyncio.to_thread(
+        server.app[RECORDS_KEY].wait_for,
+        lambda r: r.user_text == text and r.outcome == "client_closed",
+        1.0,
     )
+    assert record.deltas_sent < 2000
+
+
+async def test_streams_in_flight_take_no_thread(emulated: tuple[Any, BedrockProvider]) -> None:
+    _, provider = emulated
 
     def request(text: str) -> ModelRequest:
         return ModelRequest([{"role": "user", "content": [{"text": text}]}])
 
-    try:
-        # The first request makes the client (and may start the loop's executor for TLS set-up).
-        assert [e async for e in provider.stream(request("warm [emu:tokens=1]"))]
-        threads = threading.active_count()
-        streams = [provider.stream(request(f"long {n} [emu:tokens=2000] [emu:tps=50]")) for n in range(50)]
-        firsts = await asyncio.gather(*(anext(stream) for stream in streams))
-        assert all(isinstance(event, TextDelta) for event in firsts)
-        assert provider.active_streams == 50
-        assert threading.active_count() == threads
-        await asyncio.gather(*(stream.aclose() for stream in streams))
-        assert provider.active_streams == 0
-    finally:
-        await provider.close()
+    # The first request makes the client (and may start the loop's executor for TLS set-up).
+    assert [e async for e in provider.stream(request("warm [emu:tokens=1]"))]
+    threads = threading.active_count()
+    streams = [provider.stream(request(f"long {n} [emu:tokens=2000] [emu:tps=50]")) for n in range(50)]
+    firsts = await asyncio.gather(*(anext(stream) for stream in streams))
+    assert all(isinstance(event, TextDelta) for event in firsts)
+    assert provider.active_streams == 50
+    assert threading.active_count() == threads
+    await asyncio.gather(*(stream.aclose() for stream in streams))
+    assert provider.active_streams == 0
 
 
 async def test_padding_blobs_and_unknown_events_over_the_wire(
