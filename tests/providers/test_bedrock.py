@@ -39,21 +39,24 @@ class FakeBedrock:
         return web.Response(status=self.status, headers=self.headers, body=self.body)
 
 
+def provider_at(server: Any, **options: Any) -> BedrockProvider:
+    """A provider pointed at a test server, with made-up credentials."""
+    return BedrockProvider(
+        model_id="m",
+        endpoint_url=str(server.make_url("")).rstrip("/"),
+        region_name="us-east-1",
+        credentials={"aws_access_key_id": "test", "aws_secret_access_key": "test"},
+        **options,
+    )
+
+
 @pytest.fixture
 async def fake(aiohttp_server: Any) -> AsyncIterator[tuple[FakeBedrock, BedrockProvider]]:
     """A fake Bedrock and a provider pointed at it."""
     upstream = FakeBedrock()
     app = web.Application()
     app.router.add_post("/model/{modelId:.+}/converse-stream", upstream.handle)
-    server = await aiohttp_server(app)
-    made = BedrockProvider(
-        model_id="m",
-        endpoint_url=str(server.make_url("")).rstrip("/"),
-        region_name="us-east-1",
-        credentials={"aws_access_key_id": "fake", "aws_secret_access_key": "fake"},
-        max_attempts=1,
-        max_concurrent_runs=2,
-    )
+    made = provider_at(await aiohttp_server(app), max_attempts=1, max_concurrent_runs=2)
     yield upstream, made
     await made.close()
 
@@ -62,13 +65,7 @@ async def fake(aiohttp_server: Any) -> AsyncIterator[tuple[FakeBedrock, BedrockP
 async def emulated(aiohttp_server: Any) -> AsyncIterator[tuple[Any, BedrockProvider]]:
     """The emulator on a real port and a provider pointed at it."""
     server = await aiohttp_server(create_emulator_app(EmulatorConfig()))
-    made = BedrockProvider(
-        model_id="m",
-        endpoint_url=str(server.make_url("")).rstrip("/"),
-        region_name="us-east-1",
-        credentials={"aws_access_key_id": "emulator", "aws_secret_access_key": "emulator"},
-        max_concurrent_runs=64,
-    )
+    made = provider_at(server, max_concurrent_runs=64)
     yield server, made
     await made.close()
 
