@@ -62,7 +62,7 @@ class ModelProvider(Protocol):
         ...
 
     async def close(self) -> None:
-        """Free threads and connections."""
+        """Free connections (and any threads)."""
         ...
 
 

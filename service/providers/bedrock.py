@@ -1,13 +1,22 @@
-"""Amazon Bedrock ConverseStream through boto3, read in worker threads.
+"""Amazon Bedrock ConverseStream through aiobotocore, read on the event loop.
 
-boto3 blocks, so each stream is read in a thread from an executor sized for the configured
-number of concurrent runs (botocore's connection pool is sized to match). The thread hands
-events to the event loop in batches: it schedules one wake-up per batch instead of one per
-event, which keeps the loop's lag low when hundreds of streams are live. Closing the async
-iterator (the client went away, the run was cancelled) shuts the upstream socket down, which
-wakes the blocked read at once, so the thread is freed without waiting for the next token.
+aiobotocore is botocore on aiohttp: the same credential chain, region and endpoint settings
+(``AWS_ENDPOINT_URL_BEDROCK_RUNTIME`` among them), SigV4 signing, retries of a throttle or 5xx
+before the stream, and the same service model, with every read awaited instead of blocking a
+thread. So a stream costs a coroutine and a socket, not a thread: hundreds of live streams run on
+the loop's one thread.
 
-:meth:`BedrockProvider.stream` feeds those events to
+The response body is read a socket read at a time and cut into frames by
+:mod:`service.providers.bedrock_events`; the per-token deltas are built there, every other event
+is parsed by aiobotocore's own EventStream parser (exception frames raise as they always did).
+
+One client per provider, made on first use (an ``AsyncExitStack`` holds it until :meth:`close`).
+Its aiohttp connection pool is sized for the configured number of concurrent runs. Leaving a
+stream early (the client went away, the run was cancelled, the read timed out) closes its HTTP
+response, which drops the connection at once rather than returning it to the pool half read;
+a stream read to its end gives its connection back for the next request.
+
+:meth:`BedrockProvider.stream` feeds the events to
 :class:`~service.providers.bedrock_stream.BedrockStreamParser`: the turn's canonical events,
 then its result.
 """
@@ -15,116 +24,32 @@ then its result.
 from __future__ import annotations
 
 import asyncio
-import collections
-import logging
+import contextlib
 import os
 import socket
 import threading
 from collections.abc import AsyncGenerator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import boto3
-from botocore.config import Config
-from botocore.exceptions import NoRegionError
+import aiohttp
+from aiobotocore.config import AioConfig
+from aiobotocore.session import AioSession
 
 from service.core.events import Event
 from service.errors import ProviderError
 from service.providers.base import ModelRequest, TurnResult, alternate_roles, parse_stream
+from service.providers.bedrock_events import FrameDecoder, fast_event
 from service.providers.bedrock_stream import BedrockStreamParser, stream_error_from_exception
 
-log = logging.getLogger(__name__)
-
-_END = object()
+SERVICE = "bedrock-runtime"
 
 
-class _Failure:
-    __slots__ = ("exc",)
-
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
-
-
-class _Bridge:
-    """Carries items from a worker thread to the event loop with one wake-up per batch."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._items: collections.deque[Any] = collections.deque()
-        self._lock = threading.Lock()
-        self._wake_pending = False
-        self._ready = asyncio.Event()
-
-    def put(self, item: Any) -> None:
-        """Called from the worker thread."""
-        self._items.append(item)
-        with self._lock:
-            if self._wake_pending:
-                return
-            self._wake_pending = True
-        try:
-            self._loop.call_soon_threadsafe(self._wake)
-        except RuntimeError:  # the loop is closed: nobody is listening any more
-            pass
-
-    def _wake(self) -> None:
-        with self._lock:
-            self._wake_pending = False
-        self._ready.set()
-
-    async def get_batch(self) -> list[Any]:
-        """Everything the thread has put so far; waits while there is nothing."""
-        while True:
-            if self._items:
-                batch = list(self._items)
-                for _ in range(len(batch)):
-                    self._items.popleft()
-                return batch
-            self._ready.clear()
-            if self._items:
-                continue
-            await self._ready.wait()
-
-
-class _Upstream:
-    """The boto3 event stream of one request, closable from the event loop's thread."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._stream: Any = None
-        self.aborted = False
-
-    def attach(self, stream: Any) -> bool:
-        """Remember the stream; False if the reader already went away."""
-        with self._lock:
-            self._stream = stream
-            return not self.aborted
-
-    def abort(self) -> None:
-        """Shut the socket down so that a read blocked in the worker thread returns now."""
-        with self._lock:
-            self.aborted = True
-            stream = self._stream
-        if stream is None:
-            return
-        sock = _socket_of(stream)
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-
-def _socket_of(event_stream: Any) -> socket.socket | None:
-    """The socket under a botocore EventStream (urllib3 2.x), or None if it can't be found."""
-    raw = getattr(event_stream, "_raw_stream", None)
-    connection = getattr(raw, "_connection", None)
-    sock = getattr(connection, "sock", None)
-    if isinstance(sock, socket.socket):
-        return sock
-    fp = getattr(getattr(raw, "_fp", None), "fp", None)
-    sock = getattr(getattr(fp, "raw", None), "_sock", None)
-    return sock if isinstance(sock, socket.socket) else None
+def _keepalive_socket(addr_info: Any) -> socket.socket:
+    """A TCP socket with keep-alive on: a model thinking for a minute sends nothing meanwhile."""
+    family, type_, proto, _, _ = addr_info
+    sock = socket.socket(family=family, type=type_, proto=proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    return sock
 
 
 class BedrockProvider:
@@ -145,50 +70,53 @@ class BedrockProvider:
         connect_timeout: float = 10.0,
     ) -> None:
         self.model_id = model_id
-        config = Config(
-            max_pool_connections=max_concurrent_runs,
-            retries={"mode": "standard", "max_attempts": max_attempts},
-            read_timeout=read_timeout,
-            connect_timeout=connect_timeout,
-            tcp_keepalive=True,
-        )
-        session = boto3.session.Session(region_name=region_name, **(credentials or {}))
-        kwargs: dict[str, Any] = {"config": config}
-        if session.region_name is None and os.environ.get("AWS_REGION"):
-            # botocore reads AWS_DEFAULT_REGION; AWS_REGION is what other SDKs and Lambda set.
-            kwargs["region_name"] = os.environ["AWS_REGION"]
-        # Pass an endpoint only when one is configured, so boto3's own
-        # AWS_ENDPOINT_URL_BEDROCK_RUNTIME keeps working.
-        if endpoint_url:
-            kwargs["endpoint_url"] = endpoint_url
-        try:
-            self._client = session.client("bedrock-runtime", **kwargs)
-        except NoRegionError:
+        self._session = AioSession()
+        # botocore reads AWS_DEFAULT_REGION and ~/.aws/config; AWS_REGION is what other SDKs and
+        # Lambda set. Resolved here, so that a missing region stops the service at start.
+        region = region_name or self._session.get_config_variable("region") or os.environ.get("AWS_REGION")
+        if not region:
             raise ProviderError(
                 "no AWS region is configured for Bedrock: set AWS_DEFAULT_REGION (or AWS_REGION, "
                 "or a region in ~/.aws/config)",
                 code="no_region",
-            ) from None
-        self._executor = ThreadPoolExecutor(
-            max_workers=max_concurrent_runs, thread_name_prefix="bedrock-stream"
+            )
+        self._region: str = region
+        config = AioConfig(
+            max_pool_connections=max_concurrent_runs,
+            retries={"mode": "standard", "max_attempts": max_attempts},
+            read_timeout=read_timeout,
+            connect_timeout=connect_timeout,
+            connector_args={"socket_factory": _keepalive_socket},
         )
+        self._client_kwargs: dict[str, Any] = {"region_name": region, "config": config, **(credentials or {})}
+        # Pass an endpoint only when one is configured, so botocore's own
+        # AWS_ENDPOINT_URL_BEDROCK_RUNTIME keeps working.
+        if endpoint_url:
+            self._client_kwargs["endpoint_url"] = endpoint_url
+        # The service model and endpoint rules are files: read them now, at start, rather than
+        # on the event loop when the first request makes the client.
+        self._session.warm_up_loader_caches(SERVICE)
+        self._client: Any = None
+        self._client_lock = asyncio.Lock()
+        self._exit_stack = contextlib.AsyncExitStack()
         self._active = 0
-        self._active_lock = threading.Condition()
+        # wait_idle is called from other threads (tests, drain), hence a condition, not an Event.
+        self._idle = threading.Condition()
 
     @property
     def active_streams(self) -> int:
-        """Worker threads currently reading a stream."""
+        """Streams currently open."""
         return self._active
 
     def wait_idle(self, timeout: float) -> bool:
-        """Block until no worker thread reads a stream; False on timeout (for tests and drain)."""
-        with self._active_lock:
-            return self._active_lock.wait_for(lambda: self._active == 0, timeout)
+        """Block until no stream is open; False on timeout (for tests and drain, from a thread)."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._active == 0, timeout)
 
     @property
     def region(self) -> str:
         """The AWS region the client talks to."""
-        return self._client.meta.region_name
+        return self._client.meta.region_name if self._client is not None else self._region
 
     def request_kwargs(self, request: ModelRequest) -> dict[str, Any]:
         """The arguments of ``converse_stream`` for one turn."""
@@ -214,6 +142,19 @@ class BedrockProvider:
             }
         return kwargs
 
+    async def start(self) -> None:
+        """Make the client now rather than on the first request (credentials are resolved here)."""
+        await self._get_client()
+
+    async def _get_client(self) -> Any:
+        if self._client is None:
+            async with self._client_lock:  # hundreds of first requests at once make one client
+                if self._client is None:
+                    self._client = await self._exit_stack.enter_async_context(
+                        self._session.create_client(SERVICE, **self._client_kwargs)
+                    )
+        return self._client
+
     def stream(self, request: ModelRequest, turn: int = 1) -> AsyncGenerator[Event | TurnResult, None]:
         """One turn's canonical events, then its result; errors are raised as :class:`ProviderError`."""
         return parse_stream(self.raw_stream(request), BedrockStreamParser(turn=turn))
@@ -221,51 +162,44 @@ class BedrockProvider:
     async def raw_stream(self, request: ModelRequest) -> AsyncGenerator[dict[str, Any], None]:
         """Yield ConverseStream events; errors are raised as :class:`ProviderError`."""
         kwargs = self.request_kwargs(request)
-        bridge = _Bridge(asyncio.get_running_loop())
-        upstream = _Upstream()
-        self._executor.submit(self._pump, kwargs, bridge, upstream)
+        self._opened()
+        events: Any = None
         try:
-            while True:
-                for item in await bridge.get_batch():
-                    if item is _END:
-                        return
-                    if isinstance(item, _Failure):
-                        raise stream_error_from_exception(item.exc) from item.exc
-                    yield item
+            try:
+                client = await self._get_client()
+                response = await client.converse_stream(**kwargs)
+                events = response["stream"]
+                raw = getattr(events, "_raw_stream", None)
+                if not isinstance(raw, aiohttp.ClientResponse):  # not aiohttp: aiobotocore's own reader
+                    async for event in events:
+                        yield event
+                    return
+                decoder = FrameDecoder()
+                # Whatever one read brought, all its frames at once: one wake-up per read.
+                while data := await raw.content.readany():
+                    for frame in decoder.feed(data):
+                        event = fast_event(frame) or await events._parse_event(frame.message())
+                        if event:  # botocore skips what parses to nothing (an unknown event type)
+                            yield event
+            except Exception as exc:  # not GeneratorExit nor CancelledError: those just close
+                raise stream_error_from_exception(exc) from exc
         finally:
-            upstream.abort()
+            if events is not None:
+                # Drops the connection unless the stream was read to its end (then it is back in
+                # the pool already and this does nothing).
+                events.close()
+            self._closed()
 
-    def _pump(self, kwargs: dict[str, Any], bridge: _Bridge, upstream: _Upstream) -> None:
-        """Worker thread: call Bedrock, read its stream, hand events over."""
-        with self._active_lock:
+    def _opened(self) -> None:
+        with self._idle:
             self._active += 1
-        stream = None
-        try:
-            if upstream.aborted:
-                return
-            response = self._client.converse_stream(**kwargs)
-            stream = response["stream"]
-            if not upstream.attach(stream):
-                return
-            for event in stream:
-                if upstream.aborted:
-                    break
-                bridge.put(event)
-        except Exception as exc:
-            if not upstream.aborted:
-                bridge.put(_Failure(exc))
-        finally:
-            if stream is not None:
-                try:
-                    stream.close()
-                except Exception:  # closing a socket we shut down ourselves may complain
-                    log.debug("closing the upstream stream failed", exc_info=True)
-            bridge.put(_END)
-            with self._active_lock:
-                self._active -= 1
-                self._active_lock.notify_all()
+
+    def _closed(self) -> None:
+        with self._idle:
+            self._active -= 1
+            self._idle.notify_all()
 
     async def close(self) -> None:
-        """Stop the worker threads (they end as their streams end) and close the client."""
-        self._executor.shutdown(wait=False, cancel_futures=True)
-        self._client.close()
+        """Close the client and its connections."""
+        self._client = None
+        await self._exit_stack.aclose()

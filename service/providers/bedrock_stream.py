@@ -1,7 +1,8 @@
 """Bedrock's ConverseStream, read into canonical events and one finished turn.
 
-:class:`BedrockStreamParser` is fed the event dicts that boto3's
-``converse_stream(...)["stream"]`` yields, one at a time. Each call to
+:class:`BedrockStreamParser` is fed the event dicts of a ConverseStream, one at a time, as
+:meth:`~service.providers.bedrock.BedrockProvider.raw_stream` yields them (the shape botocore's
+parser gives them). Each call to
 :meth:`~BedrockStreamParser.feed` returns the canonical events to emit right away; once the
 stream has ended, :meth:`~BedrockStreamParser.result` gives the assistant message to append to
 the conversation, the stop reason, the usage and the tool uses to run.
@@ -9,9 +10,10 @@ the conversation, the stop reason, the usage and the tool uses to run.
 The parser is a plain class: one small handler per event kind, all working on explicit state
 (the content blocks by ``contentBlockIndex``, the stop reason, the usage). It does no I/O.
 
-:func:`stream_error_from_exception` maps what boto3 raises (before or during the stream) to the
-service's own :class:`~service.errors.ProviderError` family, so nothing outside this package
-needs to know botocore.
+:func:`stream_error_from_exception` maps what the Bedrock client raises (botocore's exceptions
+before the stream and for exception frames, aiohttp's while the stream is read) to the service's
+own :class:`~service.errors.ProviderError` family, so nothing outside this package needs to know
+botocore or aiohttp.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import builtins
 from collections.abc import Callable
 from typing import Any
 
+import aiohttp
 import urllib3.exceptions
 from botocore import exceptions as botocore_exceptions
 
@@ -115,7 +118,7 @@ class BedrockStreamParser:
     def feed(self, event: dict[str, Any]) -> list[Event]:
         """Take one stream event; return the canonical events to emit now."""
         emitted: list[Event] = []
-        # boto3 yields one key per event; walking all keys just keeps an odd event from being lost.
+        # botocore gives one key per event; walking all keys just keeps an odd event from being lost.
         for key, payload in event.items():
             if key.endswith("Exception"):
                 raise _stream_exception_event(key, payload)
@@ -313,7 +316,7 @@ def _client_error_parts(exc: botocore_exceptions.ClientError) -> tuple[str, str,
 
 
 def stream_error_from_exception(exc: BaseException) -> ProviderError:
-    """Map an exception raised by boto3 (before or during the stream) to a ProviderError."""
+    """Map an exception raised by the Bedrock client (before or during the stream) to a ProviderError."""
     if isinstance(exc, ProviderError):
         return exc
     if isinstance(exc, botocore_exceptions.EventStreamError):
@@ -338,11 +341,22 @@ def stream_error_from_exception(exc: BaseException) -> ProviderError:
             retryable=False,
         )
     # Timeouts are tested before the connection errors they subclass, to keep their own code.
-    if isinstance(exc, (botocore_exceptions.ReadTimeoutError, urllib3.exceptions.ReadTimeoutError)):
-        return ProviderError(f"Bedrock did not answer in time: {exc}", code="read_timeout", retryable=True)
-    if isinstance(exc, botocore_exceptions.ConnectTimeoutError):
+    # aiobotocore wraps what fails before the stream in botocore's exceptions; what fails while
+    # the stream is read comes straight from aiohttp.
+    if isinstance(exc, (botocore_exceptions.ConnectTimeoutError, aiohttp.ConnectionTimeoutError)):
         return ProviderError(
             f"Could not reach Bedrock in time: {exc}", code="connect_timeout", retryable=True
+        )
+    if isinstance(
+        exc,
+        (
+            botocore_exceptions.ReadTimeoutError,
+            urllib3.exceptions.ReadTimeoutError,
+            aiohttp.ServerTimeoutError,
+        ),
+    ):
+        return ProviderError(
+            f"Bedrock did not answer in time: {exc or 'timed out'}", code="read_timeout", retryable=True
         )
     if isinstance(
         exc,
@@ -350,6 +364,8 @@ def stream_error_from_exception(exc: BaseException) -> ProviderError:
             botocore_exceptions.ConnectionError,
             botocore_exceptions.HTTPClientError,
             urllib3.exceptions.ProtocolError,
+            aiohttp.ClientConnectionError,
+            aiohttp.ClientPayloadError,
             builtins.ConnectionError,
         ),
     ):

@@ -1,11 +1,12 @@
-"""BedrockProvider over real HTTP (boto3 on a real port): against the emulator, and against a small
-fake Bedrock that answers with the exact event-stream frames a test writes (what the emulator
+"""BedrockProvider over real HTTP (aiobotocore on a real port): against the emulator, and against a
+small fake Bedrock that answers with the exact event-stream frames a test writes (what the emulator
 never sends)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -38,22 +39,34 @@ class FakeBedrock:
         return web.Response(status=self.status, headers=self.headers, body=self.body)
 
 
+def provider_at(server: Any, **options: Any) -> BedrockProvider:
+    """A provider pointed at a test server, with made-up credentials."""
+    return BedrockProvider(
+        model_id="m",
+        endpoint_url=str(server.make_url("")).rstrip("/"),
+        region_name="us-east-1",
+        credentials={"aws_access_key_id": "test", "aws_secret_access_key": "test"},
+        **options,
+    )
+
+
 @pytest.fixture
 async def fake(aiohttp_server: Any) -> AsyncIterator[tuple[FakeBedrock, BedrockProvider]]:
     """A fake Bedrock and a provider pointed at it."""
     upstream = FakeBedrock()
     app = web.Application()
     app.router.add_post("/model/{modelId:.+}/converse-stream", upstream.handle)
-    server = await aiohttp_server(app)
-    made = BedrockProvider(
-        model_id="m",
-        endpoint_url=str(server.make_url("")).rstrip("/"),
-        region_name="us-east-1",
-        credentials={"aws_access_key_id": "fake", "aws_secret_access_key": "fake"},
-        max_attempts=1,
-        max_concurrent_runs=2,
-    )
+    made = provider_at(await aiohttp_server(app), max_attempts=1, max_concurrent_runs=2)
     yield upstream, made
+    await made.close()
+
+
+@pytest.fixture
+async def emulated(aiohttp_server: Any) -> AsyncIterator[tuple[Any, BedrockProvider]]:
+    """The emulator on a real port and a provider pointed at it."""
+    server = await aiohttp_server(create_emulator_app(EmulatorConfig()))
+    made = provider_at(server, max_concurrent_runs=64)
+    yield server, made
     await made.close()
 
 
@@ -156,29 +169,72 @@ async def test_stream_yields_the_turns_events_then_its_result(
     assert result.message["content"] == [{"toolUse": {"toolUseId": "t1", "name": "calc", "input": {"x": 1}}}]
 
 
-async def test_closing_the_turns_stream_frees_its_thread_and_the_upstream_at_once(
-    aiohttp_server: Any,
+async def test_closing_the_turns_stream_closes_the_upstream_at_once(
+    emulated: tuple[Any, BedrockProvider],
 ) -> None:
-    server = await aiohttp_server(create_emulator_app(EmulatorConfig()))
-    provider = BedrockProvider(
-        model_id="m",
-        endpoint_url=str(server.make_url("")).rstrip("/"),
-        region_name="us-east-1",
-        credentials={"aws_access_key_id": "emulator", "aws_secret_access_key": "emulator"},
-    )
+    server, provider = emulated
     text = "A long story [emu:tokens=2000] [emu:tps=50]"
-    try:
-        stream = provider.stream(ModelRequest([{"role": "user", "content": [{"text": text}]}]))
-        async for event in stream:
-            if isinstance(event, TextDelta):
-                break
-        await stream.aclose()
-        assert await asyncio.to_thread(provider.wait_idle, 1.0)
-        record = await asyncio.to_thread(
-            server.app[RECORDS_KEY].wait_for,
-            lambda r: r.user_text == text and r.outcome == "client_closed",
-            1.0,
-        )
-        assert record.deltas_sent < 2000
-    finally:
-        await provider.close()
+    stream = provider.stream(ModelRequest([{"role": "user", "content": [{"text": text}]}]))
+    async for event in stream:
+        if isinstance(event, TextDelta):
+            break
+    await stream.aclose()
+    assert await asyncio.to_thread(provider.wait_idle, 1.0)
+    record = await asyncio.to_thread(
+        server.app[RECORDS_KEY].wait_for,
+        lambda r: r.user_text == text and r.outcome == "client_closed",
+        1.0,
+    )
+    assert record.deltas_sent < 2000
+
+
+async def test_streams_in_flight_take_no_thread(emulated: tuple[Any, BedrockProvider]) -> None:
+    _, provider = emulated
+
+    def request(text: str) -> ModelRequest:
+        return ModelRequest([{"role": "user", "content": [{"text": text}]}])
+
+    # The first request makes the client (and may start the loop's executor for TLS set-up).
+    assert [e async for e in provider.stream(request("warm [emu:tokens=1]"))]
+    threads = threading.active_count()
+    streams = [provider.stream(request(f"long {n} [emu:tokens=2000] [emu:tps=50]")) for n in range(50)]
+    firsts = await asyncio.gather(*(anext(stream) for stream in streams))
+    assert all(isinstance(event, TextDelta) for event in firsts)
+    assert provider.active_streams == 50
+    assert threading.active_count() == threads
+    await asyncio.gather(*(stream.aclose() for stream in streams))
+    assert provider.active_streams == 0
+
+
+async def test_padding_blobs_and_unknown_events_over_the_wire(
+    fake: tuple[FakeBedrock, BedrockProvider],
+) -> None:
+    upstream, provider = fake
+    upstream.body = frames(
+        ("messageStart", {"role": "assistant", "p": "abcd"}),
+        (
+            "contentBlockDelta",
+            {"contentBlockIndex": 0, "delta": {"reasoningContent": {"text": "hm"}}, "p": "ab"},
+        ),
+        # A blob, base64 on the wire: left to botocore's parser, which decodes it.
+        (
+            "contentBlockDelta",
+            {"contentBlockIndex": 0, "delta": {"reasoningContent": {"redactedContent": "c2VjcmV0"}}},
+        ),
+        ("contentBlockStop", {"contentBlockIndex": 0}),
+        ("someFutureEvent", {"x": 1}),  # botocore parses it to nothing; it is skipped
+        ("contentBlockDelta", {"contentBlockIndex": 1, "delta": {"text": "Hi"}, "p": "abcdefghijk"}),
+        ("messageStop", {"stopReason": "end_turn"}),
+    )
+    request = ModelRequest([{"role": "user", "content": [{"text": "hi"}]}])
+    raw = [event async for event in provider.raw_stream(request)]
+    assert [next(iter(event)) for event in raw] == [
+        "messageStart",
+        "contentBlockDelta",
+        "contentBlockDelta",
+        "contentBlockStop",
+        "contentBlockDelta",
+        "messageStop",
+    ]
+    assert raw[2]["contentBlockDelta"]["delta"] == {"reasoningContent": {"redactedContent": b"secret"}}
+    assert raw[4] == {"contentBlockDelta": {"delta": {"text": "Hi"}, "contentBlockIndex": 1}}

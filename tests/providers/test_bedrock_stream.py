@@ -1,7 +1,7 @@
-"""Tests for the Bedrock ConverseStream parser and the boto3 error mapping.
+"""Tests for the Bedrock ConverseStream parser and the mapping of the client's errors.
 
-Streams are plain lists of dicts shaped like what boto3's ``converse_stream(...)["stream"]``
-yields; botocore exceptions are built directly from their constructors.
+Streams are plain lists of dicts shaped like what botocore's parser makes of ConverseStream
+events; botocore and aiohttp exceptions are built directly from their constructors.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import aiohttp
 import pytest
 import urllib3.exceptions
 from botocore.exceptions import (
@@ -578,6 +579,11 @@ def test_client_error_without_error_body() -> None:
         (NoCredentialsError(), "no_credentials", False),
         (NoRegionError(), "no_region", False),
         (RuntimeError("weird"), "provider_error", False),
+        # What aiohttp raises while aiobotocore reads the stream, unwrapped.
+        (aiohttp.SocketTimeoutError("Timeout on reading data from socket"), "read_timeout", True),
+        (aiohttp.ConnectionTimeoutError("Connection timeout"), "connect_timeout", True),
+        (aiohttp.ServerDisconnectedError(), "connection_error", True),
+        (aiohttp.ClientPayloadError("Response payload is not completed"), "connection_error", True),
     ],
 )
 def test_botocore_errors_become_provider_errors(exc: BaseException, code: str, retryable: bool) -> None:

@@ -1,0 +1,232 @@
+"""Benchmark: what the Bedrock intake costs the service, per token and in threads, against a baseline.
+
+    python scripts/bench_intake.py                          # this tree: 200 runs, 150 tokens at 75/s
+    python scripts/bench_intake.py --baseline main --rounds 2
+    python scripts/bench_intake.py --runs 500 --tokens 50
+    python scripts/bench_intake.py --decode-only --rounds 5
+
+The emulator and the service run as in scripts/bench_concurrency.py (``AGENT_PROVIDER=bedrock``,
+botocore's ``AWS_ENDPOINT_URL_BEDROCK_RUNTIME`` pointing at the emulator). N runs go through
+``POST /agent/stream`` at once; meanwhile the service's thread count is read from
+``/proc/<pid>/status`` every 50 ms. Reported per tree: the most threads seen under load, and the
+service's CPU time (user + system, every thread) over the load divided by the text tokens the
+clients received. With ``--baseline REF`` (repeatable) the same scenario runs against REF checked
+out in a temporary worktree, the trees alternating for ``--rounds`` rounds, and the ratio of the
+medians is given: a CPU-per-token ratio measured in one run, on the same machine.
+
+``--decode-only`` measures the intake alone, in this process against the emulator in another:
+the same N concurrent ConverseStreams read by aiobotocore's own EventStream and by the provider's
+batched decoder (``service/providers/bedrock_events.py``), alternating, and this process's CPU per
+token for each. No service, no transports: the difference is the reader.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib import ROOT  # noqa: E402
+from benchlib.api import client_session  # noqa: E402
+from benchlib.procs import cpu_seconds, free_port, process, wait_until_up  # noqa: E402
+from benchlib.stack import ServiceStack, baseline_tree  # noqa: E402
+from benchlib.streams import AgentRun, agent_stream  # noqa: E402
+
+from service.providers.base import ModelRequest  # noqa: E402
+from service.providers.bedrock import BedrockProvider  # noqa: E402
+
+
+def threads_of(pid: int) -> int:
+    """The number of threads of a process, from /proc."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    raise RuntimeError("no Threads line")
+
+
+async def sample_threads(pid: int, seen: list[int]) -> None:
+    """Append the thread count of ``pid`` every 50 ms until cancelled."""
+    while True:
+        seen.append(threads_of(pid))
+        await asyncio.sleep(0.05)
+
+
+async def one_tree(args: argparse.Namespace, source: Path, logs: Path) -> dict[str, object]:
+    """The scenario against the service from ``source``; its output goes under ``logs``."""
+    env = {"AGENT_PROVIDER": "bedrock", "AGENT_MAX_CONCURRENT_RUNS": str(max(256, args.runs))}
+    emulator_args = ["--ttft-ms", str(args.ttft_ms), "--tokens-per-second", str(args.tps)]
+    async with ServiceStack(env, source=source, emulator_args=emulator_args, logs=logs) as stack:
+        async with client_session(total=600) as http:
+
+            async def run(message: str) -> AgentRun:
+                return await agent_stream(http, stack.url, AgentRun(message))
+
+            # Warm the connection pool and the code paths, as a running service has them.
+            await asyncio.gather(*(run(f"warm {n} [emu:tokens=5]") for n in range(min(args.runs, 200))))
+            idle_threads = threads_of(stack.pid)
+            seen: list[int] = []
+            sampler = asyncio.create_task(sample_threads(stack.pid, seen))
+            cpu_before = cpu_seconds(stack.pid)
+            runs = await asyncio.gather(
+                *(run(f"load {n} [emu:tokens={args.tokens}]") for n in range(args.runs))
+            )
+            cpu = cpu_seconds(stack.pid) - cpu_before
+            sampler.cancel()
+            await asyncio.gather(sampler, return_exceptions=True)
+    tokens = sum(len(r.tokens) for r in runs)
+    return {
+        "all_done": all(r.ok for r in runs),
+        "threads_idle": idle_threads,
+        "threads_max_under_load": max(seen),
+        "service_cpu_s": round(cpu, 3),
+        "tokens": tokens,
+        "cpu_us_per_token": round(cpu / max(tokens, 1) * 1e6, 1),
+    }
+
+
+async def compare(args: argparse.Namespace) -> dict[str, object]:
+    """Every round: each baseline (when given), then this tree."""
+    with ExitStack() as trees:
+        logs = Path(trees.enter_context(tempfile.TemporaryDirectory(prefix="bench-intake-")))
+        sources = {ref: trees.enter_context(baseline_tree(ref)) for ref in args.baseline}
+        sources["current"] = ROOT
+        results: dict[str, list[dict[str, object]]] = {name: [] for name in sources}
+        for _ in range(args.rounds):
+            for name, source in sources.items():
+                results[name].append(await one_tree(args, source, logs))
+    medians = {
+        name: statistics.median(float(r["cpu_us_per_token"]) for r in rounds)  # type: ignore[arg-type]
+        for name, rounds in results.items()
+    }
+    return {
+        "runs": args.runs,
+        "tokens_per_run": args.tokens,
+        "tokens_per_second": args.tps,
+        "ttft_ms": args.ttft_ms,
+        "results": results,
+        "median_cpu_us_per_token": medians,
+        "cpu_per_token_current_over": {
+            ref: round(medians["current"] / medians[ref], 3) for ref in args.baseline
+        },
+    }
+
+
+async def decode_only(args: argparse.Namespace) -> dict[str, object]:
+    """aiobotocore's EventStream and the provider's reader over the same streams, alternating."""
+    from aiobotocore.config import AioConfig
+    from aiobotocore.session import AioSession
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    emulator = [sys.executable, "-m", "service.emulator", "--port", str(port)]
+    emulator += ["--ttft-ms", str(args.ttft_ms), "--tokens-per-second", str(args.tps)]
+    where = {"endpoint_url": url, "region_name": "us-east-1"}
+    keys = {"aws_access_key_id": "bench", "aws_secret_access_key": "bench"}
+    provider = BedrockProvider(model_id="m", max_concurrent_runs=args.runs, credentials=keys, **where)
+    config = AioConfig(max_pool_connections=args.runs)
+    with process(emulator, cwd=ROOT):
+        await wait_until_up(url + "/_emulator/records")
+        async with AioSession().create_client("bedrock-runtime", config=config, **where, **keys) as client:
+
+            def request(text: str) -> ModelRequest:
+                return ModelRequest([{"role": "user", "content": [{"text": text}]}])
+
+            async def aiobotocore_reader(text: str) -> int:
+                response = await client.converse_stream(**provider.request_kwargs(request(text)))
+                return sum(["contentBlockDelta" in event async for event in response["stream"]])
+
+            async def provider_reader(text: str) -> int:
+                return sum(
+                    ["contentBlockDelta" in event async for event in provider.raw_stream(request(text))]
+                )
+
+            readers = {"aiobotocore EventStream": aiobotocore_reader, "provider": provider_reader}
+            results: dict[str, list[float]] = {name: [] for name in readers}
+            for name, read in readers.items():  # warm both pools and code paths
+                await asyncio.gather(*(read(f"warm {name} {n} [emu:tokens=5]") for n in range(args.runs)))
+            for round_no in range(args.rounds):
+                for name, read in readers.items():
+                    started = time.process_time()
+                    tokens = await asyncio.gather(
+                        *(read(f"{name} {round_no} {n} [emu:tokens={args.tokens}]") for n in range(args.runs))
+                    )
+                    cpu = time.process_time() - started
+                    results[name].append(round(cpu / max(sum(tokens), 1) * 1e6, 1))
+        await provider.close()
+    medians = {name: statistics.median(values) for name, values in results.items()}
+    return {
+        "runs": args.runs,
+        "tokens_per_run": args.tokens,
+        "cpu_us_per_token": results,
+        "median_cpu_us_per_token": medians,
+        "provider_over_aiobotocore": round(medians["provider"] / medians["aiobotocore EventStream"], 3),
+    }
+
+
+def report(summary: dict[str, object]) -> None:
+    """Print the figures for people."""
+    print(
+        f"{summary['runs']} concurrent runs, {summary['tokens_per_run']} tokens each at "
+        f"{summary['tokens_per_second']} tokens/s (TTFT {summary['ttft_ms']} ms)"
+    )
+    for name, rounds in summary["results"].items():  # type: ignore[attr-defined]
+        for r in rounds:
+            print(
+                f"  {name:10} threads {r['threads_idle']} idle, {r['threads_max_under_load']} max under load; "
+                f"CPU {r['service_cpu_s']} s for {r['tokens']} tokens = {r['cpu_us_per_token']} us/token"
+                f"{'' if r['all_done'] else '  (NOT every run ended with done)'}"
+            )
+    for ref, ratio in summary["cpu_per_token_current_over"].items():  # type: ignore[attr-defined]
+        print(f"  CPU per token (median of rounds), current / {ref}: {ratio}")
+
+
+def main() -> None:
+    """Command line entry point."""
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--tokens", type=int, default=150)
+    parser.add_argument("--tps", type=float, default=75.0, help="emulator tokens per second")
+    parser.add_argument("--ttft-ms", type=float, default=900.0, help="emulator time to first token")
+    parser.add_argument(
+        "--baseline",
+        action="append",
+        default=[],
+        metavar="REF",
+        help="also run the service as of this git ref (repeatable)",
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="alternating rounds per tree")
+    parser.add_argument(
+        "--decode-only", action="store_true", help="the intake alone: aiobotocore's reader against ours"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON only")
+    args = parser.parse_args()
+    if args.decode_only:
+        result = asyncio.run(decode_only(args))
+        if args.json:
+            print(json.dumps(result))
+            return
+        print(
+            f"{args.runs} concurrent ConverseStreams of {args.tokens} tokens, this process's CPU per token (us):"
+        )
+        for name, values in result["cpu_us_per_token"].items():  # type: ignore[attr-defined]
+            print(f"  {name:24} {values}")
+        print(f"  provider / aiobotocore EventStream (medians): {result['provider_over_aiobotocore']}")
+        return
+    summary = asyncio.run(compare(args))
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        report(summary)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,214 @@
+"""ConverseStream's event-stream body, decoded a read at a time: aiobotocore's EventStream for less CPU.
+
+aiobotocore reads an event stream as botocore does: one HTTP chunk at a time, frames cut out of
+a buffer that is copied again for every frame taken (``data = data[n:]``), headers parsed with a
+slice per field, then every event walked through the service model by botocore's shape parser,
+all through three nested async generators. Per token that was about a third of the service's
+CPU under load (py-spy, scripts/bench_concurrency.py; docs/operations.md has the figures).
+
+:class:`FrameDecoder` cuts every complete frame out of what one socket read brought, with
+offsets into that read (no copy of the rest per frame), checks both CRCs as botocore does, and
+reads the string headers Bedrock sends in one pass. :func:`fast_event` turns the one event that
+comes per token, ``contentBlockDelta`` with a text, tool-input or reasoning-text delta, into the
+dict botocore's parser would give (same members, unknown keys such as Bedrock's ``p`` padding
+dropped). Everything else (message start and stop, metadata, exceptions, deltas of other kinds,
+anything malformed) goes through botocore's own parser, so that errors, blobs and unknown union
+members behave exactly as before; tests/providers/test_bedrock_events.py checks both against
+botocore.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from botocore.eventstream import (
+    ChecksumMismatch,
+    EventStreamHeaderParser,
+    EventStreamMessage,
+    InvalidHeadersLength,
+    InvalidPayloadLength,
+    MessagePrelude,
+)
+
+__all__ = ["Frame", "FrameDecoder", "fast_event"]
+
+_PRELUDE = struct.Struct(">III")  # total length, headers length, CRC of the first 8 bytes
+_UINT16 = struct.Struct(">H")
+_UINT32 = struct.Struct(">I")
+_PRELUDE_LENGTH = 12
+_OVERHEAD = _PRELUDE_LENGTH + 4  # the prelude and the message CRC
+# botocore's limits (botocore/eventstream.py).
+_MAX_HEADERS_LENGTH = 128 * 1024
+_MAX_PAYLOAD_LENGTH = 24 * 1024 * 1024
+_STRING = 7
+
+
+@dataclass(slots=True)
+class Frame:
+    """One event-stream message: its headers, its payload, and what botocore needs to parse it."""
+
+    headers: dict[str, Any]
+    payload: bytes
+    total_length: int
+    headers_length: int
+    prelude_crc: int
+    crc: int
+
+    def message(self) -> EventStreamMessage:
+        """The same message as botocore's own decoder gives, for botocore's parser."""
+        prelude = MessagePrelude(self.total_length, self.headers_length, self.prelude_crc)
+        return EventStreamMessage(prelude, self.headers, self.payload, self.crc)
+
+
+class FrameDecoder:
+    """Cuts complete event-stream frames out of the bytes as they arrive, a read at a time."""
+
+    def __init__(self) -> None:
+        self._pending = b""
+
+    def feed(self, data: bytes) -> list[Frame]:
+        """Every frame completed by ``data``; an incomplete one waits for the next read."""
+        if self._pending:
+            data = self._pending + data  # only a frame split across reads costs a copy
+        frames: list[Frame] = []
+        view = memoryview(data)
+        pos, size = 0, len(data)
+        while size - pos >= _PRELUDE_LENGTH:
+            total, headers_length, prelude_crc = _PRELUDE.unpack_from(data, pos)
+            computed = zlib.crc32(view[pos : pos + 8])
+            if computed != prelude_crc:
+                raise ChecksumMismatch(prelude_crc, computed)
+            if headers_length > _MAX_HEADERS_LENGTH:
+                raise InvalidHeadersLength(headers_length)
+            payload_length = total - headers_length - _OVERHEAD
+            # A negative length is botocore's to misread; here it would never move on.
+            if payload_length > _MAX_PAYLOAD_LENGTH or payload_length < 0:
+                raise InvalidPayloadLength(payload_length)
+            end = pos + total
+            if end > size:
+                break
+            (crc,) = _UINT32.unpack_from(data, end - 4)
+            computed = zlib.crc32(view[pos + 8 : end - 4], prelude_crc)
+            if computed != crc:
+                raise ChecksumMismatch(crc, computed)
+            headers_start = pos + _PRELUDE_LENGTH
+            payload_start = headers_start + headers_length
+            frames.append(
+                Frame(
+                    _headers(data, headers_start, payload_start),
+                    data[payload_start : end - 4],
+                    total,
+                    headers_length,
+                    prelude_crc,
+                    crc,
+                )
+            )
+            pos = end
+        view.release()
+        self._pending = data[pos:] if pos < size else b""
+        return frames
+
+
+# Bedrock sends the same few header blocks over and over (one per event type), so each is decoded
+# once. The dicts are shared: botocore's parser and ours only read them.
+_KNOWN_HEADERS: dict[bytes, dict[str, Any]] = {}
+_KNOWN_HEADERS_MAX = 64
+
+
+def _headers(data: bytes, start: int, end: int) -> dict[str, Any]:
+    """The headers in ``data[start:end]``, decoded once per distinct block."""
+    raw = data[start:end]
+    headers = _KNOWN_HEADERS.get(raw)
+    if headers is None:
+        headers = _decode_headers(raw)
+        if len(_KNOWN_HEADERS) < _KNOWN_HEADERS_MAX:
+            _KNOWN_HEADERS[raw] = headers
+    return headers
+
+
+def _decode_headers(data: bytes) -> dict[str, Any]:
+    """The headers in ``data``: string ones read here, any other kind by botocore."""
+    start, end = 0, len(data)
+    headers: dict[str, Any] = {}
+    pos = start
+    try:
+        while pos < end:
+            name_end = pos + 1 + data[pos]
+            name = data[pos + 1 : name_end].decode("utf-8")
+            if data[name_end] != _STRING:
+                break
+            (length,) = _UINT16.unpack_from(data, name_end + 1)
+            value_start = name_end + 3
+            pos = value_start + length
+            if pos > end or name in headers:
+                break
+            headers[name] = data[value_start:pos].decode("utf-8")
+        else:
+            return headers
+    except (IndexError, struct.error, UnicodeDecodeError):
+        pass
+    # Other value kinds, a duplicate, or something malformed: botocore decides, and raises as it did.
+    return EventStreamHeaderParser().parse(data)
+
+
+def _text(value: Any) -> dict[str, Any] | None:
+    return {"text": value} if type(value) is str else None
+
+
+def _tool_input(value: Any) -> dict[str, Any] | None:
+    if type(value) is not dict:
+        return None
+    text = value.get("input")
+    if type(text) is not str:
+        return None
+    return {"toolUse": {"input": text}}
+
+
+def _reasoning(value: Any) -> dict[str, Any] | None:
+    # A union: one member. redactedContent is a base64 blob that botocore decodes: not here.
+    if type(value) is not dict or len(value) != 1:
+        return None
+    ((kind, text),) = value.items()
+    if kind not in ("text", "signature") or type(text) is not str:
+        return None
+    return {"reasoningContent": {kind: text}}
+
+
+_DELTAS: dict[str, Callable[[Any], dict[str, Any] | None]] = {
+    "text": _text,
+    "toolUse": _tool_input,
+    "reasoningContent": _reasoning,
+}
+
+
+def fast_event(frame: Frame) -> dict[str, Any] | None:
+    """The per-token event as botocore would parse it; None for anything botocore should parse."""
+    headers = frame.headers
+    if headers.get(":event-type") != "contentBlockDelta" or headers.get(":message-type") != "event":
+        return None
+    try:
+        body = json.loads(frame.payload.decode("utf-8"))  # as botocore decodes, BOM and all
+    except (ValueError, RecursionError):
+        return None  # botocore's parser gives its own answer (or raises) for this one
+    if type(body) is not dict:
+        return None
+    delta = body.get("delta")
+    if type(delta) is not dict or len(delta) != 1:
+        return None  # a union holds one member; anything else is botocore's to judge
+    ((kind, value),) = delta.items()
+    handler = _DELTAS.get(kind)
+    parsed_delta = handler(value) if handler is not None else None
+    if parsed_delta is None:
+        return None
+    event: dict[str, Any] = {"delta": parsed_delta}
+    index = body.get("contentBlockIndex")
+    if index is not None:
+        if type(index) is not int:
+            return None
+        event["contentBlockIndex"] = index
+    return {"contentBlockDelta": event}
