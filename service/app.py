@@ -257,6 +257,11 @@ def create_app(
                 ).start()
                 services.emulator = emulator
             made = make_provider(settings, emulator.url if emulator else None)
+            start = getattr(made, "start", None)
+            if start is not None:
+                # Made before serving: a client loads its service model from disk (a second or so
+                # of blocking work) that would otherwise stall the loop under the first requests.
+                await start()
         services.provider = made
         agent.provider = made
         services.monitor.start()
