@@ -56,6 +56,10 @@ class LogEntry:
 class EventLog(abc.ABC):
     """The interface every event log implements (see the module docstring for the contract)."""
 
+    # True when each append waits on a round trip (a shared store): a run then sends the events
+    # its agent yields while one append is on its way together, with append_many.
+    round_trips = False
+
     @abc.abstractmethod
     async def append(self, event: Event, *, fence: str | None = None) -> LogEntry:
         """Store ``event`` under the next id and wake the subscribers.
@@ -64,6 +68,10 @@ class EventLog(abc.ABC):
         log refuses the append with :class:`~service.errors.RunLost` once that claim has expired,
         so a run another instance declared interrupted writes nothing more.
         """
+
+    async def append_many(self, events: list[Event], *, fence: str | None = None) -> list[LogEntry]:
+        """Store ``events`` under the next ids, in order, as :meth:`append` does each."""
+        return [await self.append(event, fence=fence) for event in events]
 
     @abc.abstractmethod
     async def read(self, after_id: int, limit: int | None = None, *, strict: bool = True) -> list[LogEntry]:

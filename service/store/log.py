@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 from redis.exceptions import ResponseError
 
@@ -23,6 +24,8 @@ log = logging.getLogger(__name__)
 
 class RedisEventLog(EventLog):
     """A session's event log as a Redis Stream (see the module docstring)."""
+
+    round_trips = True
 
     def __init__(self, backend: RedisBackend, session_id: str, status: str = IDLE) -> None:
         self._backend = backend
@@ -53,19 +56,32 @@ class RedisEventLog(EventLog):
         return int(value or 0)
 
     async def append(self, event: Event, *, fence: str | None = None) -> LogEntry:
+        return (await self.append_many([event], fence=fence))[0]
+
+    async def append_many(self, events: list[Event], *, fence: str | None = None) -> list[LogEntry]:
+        """Store ``events`` under the next ids in one call to Redis: a run's burst costs one round trip."""
         backend = self._backend
-        raw = event.model_dump_json()
-        size = entry_bytes(len(raw))
+        raws = [event.model_dump_json() for event in events]
+        sizes = [entry_bytes(len(raw)) for raw in raws]
         ts = time.time()
         # Sized as the memory log sizes it, so the one bound keeps the same history in both
         # stores (an entry takes less in Redis, so Redis stays well within it). The token makes
         # a repeated append (redis-py's retries, or a run's below) count once.
-        args = [fence or "", raw, f"{ts:.6f}", size, backend.max_bytes, backend.next_token()]
+        args: list[Any] = [
+            fence or "",
+            raws[0],
+            f"{ts:.6f}",
+            sizes[0],
+            backend.max_bytes,
+            backend.next_token(),
+        ]
+        for raw, size in zip(raws[1:], sizes[1:], strict=True):
+            args += (raw, size)
         try:
             if fence:
-                entry_id = await backend.outlast(lambda: backend.appender.append(self._keys, args))
+                last_id = await backend.outlast(lambda: backend.appender.append(self._keys, args))
             else:
-                entry_id = await backend.appender.append(self._keys, args)
+                last_id = await backend.appender.append(self._keys, args)
         except ResponseError as exc:
             if "RUNLOST" in str(exc):
                 raise RunLost(f"session {self._session_id}: the run's claim expired") from None
@@ -80,11 +96,19 @@ class RedisEventLog(EventLog):
                     ) from None
                 raise RuntimeError("event log is closed") from None
             raise
-        entry = LogEntry(int(entry_id), event, size, ts)
+        first_id = int(last_id) - len(events) + 1
+        entries = [
+            LogEntry(first_id + n, event, size, ts)
+            for n, (event, size) in enumerate(zip(events, sizes, strict=True))
+        ]
+        # The reader takes these instead of decoding the same JSON again.
         tail = backend.fanout.tails.get(self._session_id)
-        if tail is not None and entry.id > tail.cursor and len(tail.appended) < TAIL_ENTRIES:
-            tail.appended[entry.id] = entry
-        return entry
+        if tail is not None:
+            appended = tail.appended
+            for entry in entries:
+                if entry.id > tail.cursor and len(appended) < TAIL_ENTRIES:
+                    appended[entry.id] = entry
+        return entries
 
     async def _range(self, after_id: int, limit: int | None) -> list[LogEntry]:
         backend = self._backend
