@@ -3,8 +3,14 @@
 On a log whose every append waits on a round trip (``EventLog.round_trips``: Redis), a run that
 awaited each append before taking the agent's next event would cost a round trip per event, and
 its subscribers would get a burst one event at a time. The :class:`Committer` lets the run go on
-taking events while one append is on its way, and sends whatever came meanwhile in the next one
+taking events while one append is on its way, and sends what came meanwhile in the next one
 (``append_many``: one script call, stored together, retried as one).
+
+A *burst* is what the agent yields at once (in one step of the run's task, without waiting: the
+tokens of one read of the model's stream). A burst is stored whole, so its subscribers get it in
+one batch, as from the memory log. Bursts that queued up one by one while an append was slow (a
+paced stream while the store stalled) go together only up to :attr:`Committer.MAX_JOINED` events,
+so that such a backlog reaches the readers who follow live in pieces, as the stream came.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from service.core.log import EventLog
 
 
 class Committer:
-    """Appends a run's events in order, each group in one call; ``logged`` hears each group once stored.
+    """Appends a run's events in order, a group per call; ``logged`` hears each group once stored.
 
     ``add`` never waits; :meth:`drain` waits until everything added is stored, and raises what
     made an append fail (which also drops what was still queued: the run is over then). So what
@@ -25,16 +31,19 @@ class Committer:
     """
 
     # Events queued before the run waits for them to be stored: a store that falls behind slows
-    # the run rather than letting its queue grow, each call stays short (Redis runs one script
-    # at a time), and a backlog (after a stall of the store) reaches the log, and the readers
-    # following it live, in pieces of this size, as a paced stream would.
-    MAX_QUEUED = 16
+    # the run rather than letting its queue grow, and no call gets longer than this (Redis runs
+    # one script at a time).
+    MAX_QUEUED = 256
+    # Separate bursts that one call may join.
+    MAX_JOINED = 16
 
     def __init__(self, log: EventLog, fence: str | None, logged: Callable[[list[Event]], None]) -> None:
         self._log = log
         self._fence = fence
         self._logged = logged
-        self._queued: list[Event] = []
+        self._bursts: list[list[Event]] = []
+        self._queued = 0
+        self._open = False  # the last burst still takes events (this step of the run goes on)
         self._sending: asyncio.Task[None] | None = None
         self._failed: BaseException | None = None
 
@@ -42,20 +51,38 @@ class Committer:
         """Queue ``event``; True when the caller should :meth:`drain` before adding more."""
         if self._failed is not None:
             raise self._failed
-        self._queued.append(event)
+        if self._open:
+            self._bursts[-1].append(event)
+        else:
+            self._bursts.append([event])
+            self._open = True
+            # Runs once the run's task waits: the burst ends there.
+            asyncio.get_running_loop().call_soon(self._close_burst)
+        self._queued += 1
         if self._sending is None:
             self._sending = asyncio.create_task(self._send(), name="run-appends")
-        return len(self._queued) >= self.MAX_QUEUED
+        return self._queued >= self.MAX_QUEUED
+
+    def _close_burst(self) -> None:
+        self._open = False
+
+    def _next_group(self) -> list[Event]:
+        bursts = self._bursts
+        group = bursts.pop(0)
+        while bursts and len(group) + len(bursts[0]) <= self.MAX_JOINED:
+            group += bursts.pop(0)
+        self._queued -= len(group)
+        return group
 
     async def _send(self) -> None:
         try:
-            while self._queued:
-                group, self._queued = self._queued, []
+            while self._bursts:
+                group = self._next_group()
                 await self._log.append_many(group, fence=self._fence)
                 self._logged(group)
         except Exception as exc:
             self._failed = exc
-            self._queued = []
+            self._bursts, self._queued = [], 0
         finally:
             self._sending = None
 

@@ -20,7 +20,7 @@ from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from service.core.events import EVENT_ADAPTER, RunError, StatusChange
+from service.core.events import EVENT_ADAPTER, Event, RunError, StatusChange
 from service.core.log import LogEntry
 from service.core.sessions import (
     IDLE,
@@ -73,14 +73,20 @@ def stream_entry_id(stream_id: str) -> int:
     return int(stream_id.partition("-")[0])
 
 
-def decode_entry(stream_id: str, fields: dict[str, str]) -> LogEntry | None:
-    """A stream entry as a log entry; ``None`` for the mark of a deleted session."""
+def decode_entry(
+    stream_id: str, fields: dict[str, str], known: dict[str, Event] | None = None
+) -> LogEntry | None:
+    """A stream entry as a log entry; ``None`` for the mark of a deleted session.
+
+    ``known`` maps JSON to the events this instance is appending: those are not decoded again.
+    """
     if "c" in fields:
         return None
     raw = fields["e"]
-    return LogEntry(
-        stream_entry_id(stream_id), EVENT_ADAPTER.validate_json(raw), int(fields["n"]), float(fields["t"])
-    )
+    event = known.get(raw) if known else None
+    if event is None:
+        event = EVENT_ADAPTER.validate_json(raw)
+    return LogEntry(stream_entry_id(stream_id), event, int(fields["n"]), float(fields["t"]))
 
 
 class RedisConnections:

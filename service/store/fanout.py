@@ -12,7 +12,7 @@ from collections import deque
 
 from redis.exceptions import RedisError
 
-from service.core.events import StatusChange
+from service.core.events import Event, StatusChange
 from service.core.log import LogEntry
 from service.core.sessions import (
     IDLE,
@@ -45,6 +45,7 @@ class Tail:
         "refs",
         "status",
         "appended",
+        "pending",
     )
 
     def __init__(self, session_id: str, key: str, cursor: int, status: str) -> None:
@@ -57,13 +58,36 @@ class Tail:
         self.failed: StoreUnavailable | None = None
         self.refs = 0
         self.status = status
-        # Entries this instance appended, by id: the reader takes them instead of decoding the
-        # same JSON again.
+        # Entries this instance appended, by id, and the events of appends on their way, by their
+        # JSON: the reader takes these instead of decoding the same JSON again.
         self.appended: dict[int, LogEntry] = {}
+        self.pending: dict[str, Event] = {}
 
     def wake(self) -> None:
         changed, self.changed = self.changed, asyncio.Event()
         changed.set()
+
+    def take(self, entry: LogEntry) -> None:
+        """Add the entry that follows the cursor (the caller wakes the subscribers)."""
+        self.cursor = entry.id
+        event = entry.event
+        if isinstance(event, StatusChange):
+            self.status = RUNNING if event.status == RUNNING else IDLE
+        self.entries.append(entry)
+
+    def stored(self, entries: list[LogEntry]) -> None:
+        """Entries this instance has just appended. When they follow the cursor they are the
+        subscribers' at once (a round trip sooner than through the reader, which then skips
+        them); otherwise the reader takes them when it gets there."""
+        if entries[0].id == self.cursor + 1 and not self.closed and self.failed is None:
+            for entry in entries:
+                self.take(entry)
+            self.wake()
+            return
+        appended = self.appended
+        for entry in entries:
+            if entry.id > self.cursor and len(appended) < TAIL_ENTRIES:
+                appended[entry.id] = entry
 
     def after(self, cursor: int) -> list[LogEntry] | None:
         """The cached entries after ``cursor``; ``None`` when the cache does not reach back."""
@@ -201,16 +225,12 @@ class Fanout:
                 # contiguous, so it starts over (readers further back go to Redis).
                 tail.entries.clear()
                 tail.appended.clear()
-            entry = tail.appended.pop(entry_id, None) or decode_entry(stream_id, fields)
+            entry = tail.appended.pop(entry_id, None) or decode_entry(stream_id, fields, tail.pending)
             if entry is None:
                 # The mark of a deleted session is not an event: the cursor stays on the last one.
                 tail.closed = True
                 break
-            tail.cursor = entry_id
-            event = entry.event
-            if isinstance(event, StatusChange):
-                tail.status = RUNNING if event.status == RUNNING else IDLE
-            tail.entries.append(entry)
+            tail.take(entry)
         tail.wake()
 
     async def _check(self) -> None:

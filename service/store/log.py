@@ -77,6 +77,10 @@ class RedisEventLog(EventLog):
         ]
         for raw, size in zip(raws[1:], sizes[1:], strict=True):
             args += (raw, size)
+        tail = backend.fanout.tails.get(self._session_id)
+        if tail is not None and len(tail.pending) < TAIL_ENTRIES:
+            # The reader may see these entries before the reply comes: it need not decode them.
+            tail.pending.update(zip(raws, events, strict=True))
         try:
             if fence:
                 last_id = await backend.outlast(lambda: backend.appender.append(self._keys, args))
@@ -96,18 +100,18 @@ class RedisEventLog(EventLog):
                     ) from None
                 raise RuntimeError("event log is closed") from None
             raise
+        finally:
+            if tail is not None:
+                for raw in raws:
+                    tail.pending.pop(raw, None)
         first_id = int(last_id) - len(events) + 1
         entries = [
             LogEntry(first_id + n, event, size, ts)
             for n, (event, size) in enumerate(zip(events, sizes, strict=True))
         ]
-        # The reader takes these instead of decoding the same JSON again.
         tail = backend.fanout.tails.get(self._session_id)
         if tail is not None:
-            appended = tail.appended
-            for entry in entries:
-                if entry.id > tail.cursor and len(appended) < TAIL_ENTRIES:
-                    appended[entry.id] = entry
+            tail.stored(entries)
         return entries
 
     async def _range(self, after_id: int, limit: int | None) -> list[LogEntry]:
