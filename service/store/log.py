@@ -59,10 +59,29 @@ class RedisEventLog(EventLog):
         return (await self.append_many([event], fence=fence))[0]
 
     async def append_many(self, events: list[Event], *, fence: str | None = None) -> list[LogEntry]:
-        """Store ``events`` under the next ids in one call to Redis: a run's burst costs one round trip."""
-        backend = self._backend
+        """Store ``events`` under the next ids, in one call to Redis per sixteenth of the byte bound
+        they hold: a run's burst costs one round trip (or a few, for a burst that big)."""
         raws = [event.model_dump_json() for event in events]
         sizes = [entry_bytes(len(raw)) for raw in raws]
+        # No call pushes more than a sixteenth of the bound out of the log, so a reader a few
+        # round trips behind the run is not purged by its batching (an append per round trip,
+        # as before batching, never purged one either).
+        share = self._backend.max_bytes // 16
+        entries: list[LogEntry] = []
+        start = total = 0
+        for end, size in enumerate(sizes):
+            if total and total + size > share:
+                entries += await self._append_call(
+                    events[start:end], raws[start:end], sizes[start:end], fence
+                )
+                start, total = end, 0
+            total += size
+        return entries + await self._append_call(events[start:], raws[start:], sizes[start:], fence)
+
+    async def _append_call(
+        self, events: list[Event], raws: list[str], sizes: list[int], fence: str | None
+    ) -> list[LogEntry]:
+        backend = self._backend
         ts = time.time()
         # Sized as the memory log sizes it, so the one bound keeps the same history in both
         # stores (an entry takes less in Redis, so Redis stays well within it). The token makes
