@@ -9,7 +9,9 @@ import itertools
 import logging
 import time
 from collections import deque
+from typing import Any
 
+from redis.asyncio.connection import Connection
 from redis.exceptions import RedisError
 
 from service.core.events import Event, StatusChange
@@ -24,6 +26,8 @@ from service.store.connection import (
     TAIL_ENTRIES,
     RedisConnections,
     decode_entry,
+    held,
+    send_commands,
     stream_entry_id,
     unavailable,
 )
@@ -119,6 +123,7 @@ class Fanout:
         self._last_exists_check = time.monotonic()
         self.subscribers = 0
         self._subscribers_changed = asyncio.Event()
+        self._connection: Connection | None = None  # the reader's own, for its blocking XREAD
 
     def _count(self, change: int) -> None:
         self.subscribers += change
@@ -186,10 +191,24 @@ class Fanout:
                     continue
                 # A Redis that hangs ends the followed logs too, once the block plus the deadline
                 # is over, and its subscribers resume once it answers again.
+                command = (
+                    "XREAD",
+                    "COUNT",
+                    READ_BATCH,
+                    "BLOCK",
+                    int(self._check_interval * 1000),
+                    "STREAMS",
+                    *streams,
+                    *streams.values(),
+                )
                 async with backend.call(extra_s=self._check_interval):
-                    result = await backend.reader_redis.xread(
-                        streams, block=int(self._check_interval * 1000), count=READ_BATCH
-                    )
+                    if self._connection is None:
+                        self._connection = await held(backend.reader_redis)
+                    # The reply as Redis sends it: {key: [[id, [field, value, ...]], ...]} (RESP3,
+                    # redis-py's default), or [[key, entries], ...] (RESP2)
+                    (result,) = await send_commands(self._connection, [command])
+                if isinstance(result, Exception):
+                    raise result
                 delay = 0.05
                 backend.connected = True
             except asyncio.CancelledError:
@@ -205,7 +224,7 @@ class Fanout:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
                 continue
-            for key, items in result or ():
+            for key, items in result.items() if isinstance(result, dict) else result or ():
                 if key == self._wake_key:
                     self._wake_cursor = items[-1][0]
                     continue
@@ -215,17 +234,19 @@ class Fanout:
             if time.monotonic() - self._last_check >= self._check_interval:
                 await self._check()
 
-    def _deliver(self, tail: Tail, items: list[tuple[str, dict[str, str]]]) -> None:
+    def _deliver(self, tail: Tail, items: list[list[Any]]) -> None:
         for stream_id, fields in items:
             entry_id = stream_entry_id(stream_id)
             if entry_id <= tail.cursor:
-                continue
+                continue  # this instance's own append, the subscribers' already
             if entry_id != tail.cursor + 1:
                 # Entries were purged before this reader saw them: the cache must stay
                 # contiguous, so it starts over (readers further back go to Redis).
                 tail.entries.clear()
                 tail.appended.clear()
-            entry = tail.appended.pop(entry_id, None) or decode_entry(stream_id, fields, tail.pending)
+            entry = tail.appended.pop(entry_id, None) or decode_entry(
+                stream_id, dict(zip(fields[::2], fields[1::2], strict=True)), tail.pending
+            )
             if entry is None:
                 # The mark of a deleted session is not an event: the cursor stays on the last one.
                 tail.closed = True
