@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from service.core.events import Event
+from service.core.wakeup import IdleWait, Wakeup
 from service.errors import EventsPurged
 
 # What an entry costs this process, measured with tracemalloc (tests/core/test_log.py): the event
@@ -120,7 +121,7 @@ class MemoryEventLog(EventLog):
         self._bytes = 0
         self._last_id = 0
         self._closed = False
-        self._changed = asyncio.Event()
+        self._wakeup = Wakeup()
         self.subscribers = 0  # subscriptions open now, to show that a transport cleans up
         self._subscribers_changed = asyncio.Event()
 
@@ -160,9 +161,7 @@ class MemoryEventLog(EventLog):
             self._start = 0
 
     def _wake(self) -> None:
-        # Replace rather than clear: waiters that have not run yet still see the old event set.
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
+        self._wakeup.notify()
 
     def _after(self, after_id: int, limit: int | None, strict: bool) -> list[LogEntry]:
         first = self._first_id()
@@ -181,23 +180,28 @@ class MemoryEventLog(EventLog):
         self, after_id: int = 0, *, idle_timeout: float | None = None
     ) -> AsyncIterator[list[LogEntry]]:
         cursor = max(after_id, 0)
+        idle = IdleWait(idle_timeout) if idle_timeout is not None else None
         self._count_subscriber(+1)
         try:
             while True:
-                changed = self._changed
                 batch = self._after(cursor, None, strict=True)
                 if batch:
                     cursor = batch[-1].id
+                    if idle is not None:
+                        idle.news()
                     yield batch
                     continue
                 if self._closed:
                     return
-                try:
-                    async with asyncio.timeout(idle_timeout):
-                        await changed.wait()
-                except TimeoutError:
+                # Nothing can be appended between the look above and taking the waiter: no await.
+                waiter = self._wakeup.waiter()
+                if idle is None:
+                    await waiter
+                elif not await idle.wait(waiter):
                     yield []
         finally:
+            if idle is not None:
+                idle.close()
             self._count_subscriber(-1)
 
     def _count_subscriber(self, change: int) -> None:

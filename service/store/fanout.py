@@ -20,6 +20,7 @@ from service.core.sessions import (
     IDLE,
     RUNNING,
 )
+from service.core.wakeup import Wakeup
 from service.errors import StoreUnavailable
 from service.store.connection import (
     READ_BATCH,
@@ -43,7 +44,7 @@ class Tail:
         "key",
         "cursor",
         "entries",
-        "changed",
+        "wakeup",
         "closed",
         "failed",
         "refs",
@@ -57,7 +58,7 @@ class Tail:
         self.key = key
         self.cursor = cursor  # the newest id the reader has seen
         self.entries: deque[LogEntry] = deque(maxlen=TAIL_ENTRIES)
-        self.changed = asyncio.Event()
+        self.wakeup = Wakeup()
         self.closed = False
         self.failed: StoreUnavailable | None = None
         self.refs = 0
@@ -68,8 +69,7 @@ class Tail:
         self.pending: dict[str, Event] = {}
 
     def wake(self) -> None:
-        changed, self.changed = self.changed, asyncio.Event()
-        changed.set()
+        self.wakeup.notify()
 
     def take(self, entry: LogEntry) -> None:
         """Add the entry that follows the cursor (the caller wakes the subscribers)."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -15,6 +14,7 @@ from service.core.log import EventLog, LogEntry, entry_bytes
 from service.core.sessions import (
     IDLE,
 )
+from service.core.wakeup import IdleWait
 from service.errors import RunLost
 from service.store.backend import RedisBackend
 from service.store.connection import READ_BATCH, TAIL_ENTRIES, decode_entry, stream_entry_id
@@ -161,26 +161,34 @@ class RedisEventLog(EventLog):
         fanout = self._backend.fanout
         cursor = max(after_id, 0)
         tail = await fanout.watch(self._session_id, self._status)
+        idle = IdleWait(idle_timeout) if idle_timeout is not None else None
         try:
             while True:
-                changed = tail.changed
                 if tail.failed is not None:
                     raise tail.failed
+                waiter = None
                 batch = tail.after(cursor)
                 if batch is None:
+                    # Taken before the read, which waits: what the reader brings meanwhile wakes it.
+                    waiter = tail.wakeup.waiter()
                     batch = await self.read(cursor, READ_BATCH)
                 if batch:
                     cursor = batch[-1].id
+                    if idle is not None:
+                        idle.news()
                     yield batch
                     continue
                 if tail.closed or self._closed:
                     return
-                try:
-                    async with asyncio.timeout(idle_timeout):
-                        await changed.wait()
-                except TimeoutError:
+                if waiter is None:
+                    waiter = tail.wakeup.waiter()
+                if idle is None:
+                    await waiter
+                elif not await idle.wait(waiter):
                     yield []
         finally:
+            if idle is not None:
+                idle.close()
             fanout.unwatch(tail)
 
     async def last_id(self) -> int:
