@@ -90,6 +90,9 @@ class Metrics:
         # run id -> its start, and (run id, tool use id) -> when the tool began
         self._run_started: dict[str, float] = {}
         self._tools_started: dict[tuple[str, str], float] = {}
+        # Events logged since the last scrape: a plain count per token, added to the counter (and
+        # its lock) once per scrape.
+        self._appended = 0
 
     def track(self, name: str, help_text: str, read: Callable[[], float | None]) -> None:
         """Report ``read()`` as the gauge ``name`` at every scrape (``None`` leaves it out)."""
@@ -97,6 +100,9 @@ class Metrics:
 
     def render(self) -> bytes:
         """The registry in Prometheus's text format."""
+        appended, self._appended = self._appended, 0
+        if appended:
+            self.events_appended.inc(appended)
         return generate_latest(self.registry)
 
     # -- the run observer ---------------------------------------------------------------------
@@ -107,7 +113,7 @@ class Metrics:
         self._run_started[run_id] = time.monotonic()
 
     def event_logged(self, run_id: str, event: Event) -> None:
-        self.events_appended.inc()
+        self._appended += 1
         if isinstance(event, TextDelta):
             started = self._run_started.pop(run_id, None)
             if started is not None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from service.core.events import Event
+from service.core.wakeup import IdleWait, Wakeup
 from service.errors import EventsPurged
 
 # What an entry costs this process, measured with tracemalloc (tests/core/test_log.py): the event
@@ -56,6 +57,10 @@ class LogEntry:
 class EventLog(abc.ABC):
     """The interface every event log implements (see the module docstring for the contract)."""
 
+    # True when each append waits on a round trip (a shared store): a run then sends the events
+    # its agent yields while one append is on its way together, with append_many.
+    round_trips = False
+
     @abc.abstractmethod
     async def append(self, event: Event, *, fence: str | None = None) -> LogEntry:
         """Store ``event`` under the next id and wake the subscribers.
@@ -64,6 +69,10 @@ class EventLog(abc.ABC):
         log refuses the append with :class:`~service.errors.RunLost` once that claim has expired,
         so a run another instance declared interrupted writes nothing more.
         """
+
+    async def append_many(self, events: list[Event], *, fence: str | None = None) -> list[LogEntry]:
+        """Store ``events`` under the next ids, in order, as :meth:`append` does each."""
+        return [await self.append(event, fence=fence) for event in events]
 
     @abc.abstractmethod
     async def read(self, after_id: int, limit: int | None = None, *, strict: bool = True) -> list[LogEntry]:
@@ -112,7 +121,7 @@ class MemoryEventLog(EventLog):
         self._bytes = 0
         self._last_id = 0
         self._closed = False
-        self._changed = asyncio.Event()
+        self._wakeup = Wakeup()
         self.subscribers = 0  # subscriptions open now, to show that a transport cleans up
         self._subscribers_changed = asyncio.Event()
 
@@ -152,9 +161,7 @@ class MemoryEventLog(EventLog):
             self._start = 0
 
     def _wake(self) -> None:
-        # Replace rather than clear: waiters that have not run yet still see the old event set.
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
+        self._wakeup.notify()
 
     def _after(self, after_id: int, limit: int | None, strict: bool) -> list[LogEntry]:
         first = self._first_id()
@@ -173,23 +180,28 @@ class MemoryEventLog(EventLog):
         self, after_id: int = 0, *, idle_timeout: float | None = None
     ) -> AsyncIterator[list[LogEntry]]:
         cursor = max(after_id, 0)
+        idle = IdleWait(idle_timeout) if idle_timeout is not None else None
         self._count_subscriber(+1)
         try:
             while True:
-                changed = self._changed
                 batch = self._after(cursor, None, strict=True)
                 if batch:
                     cursor = batch[-1].id
+                    if idle is not None:
+                        idle.news()
                     yield batch
                     continue
                 if self._closed:
                     return
-                try:
-                    async with asyncio.timeout(idle_timeout):
-                        await changed.wait()
-                except TimeoutError:
+                # Nothing can be appended between the look above and taking the waiter: no await.
+                waiter = self._wakeup.waiter()
+                if idle is None:
+                    await waiter
+                elif not await idle.wait(waiter):
                     yield []
         finally:
+            if idle is not None:
+                idle.close()
             self._count_subscriber(-1)
 
     def _count_subscriber(self, change: int) -> None:

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from service.core.committer import Committer
 from service.core.events import (
     Event,
     PlanCreated,
@@ -342,23 +343,40 @@ class RunManager:
             cancelled=True,
         )
 
+    def _logged(self, run: Run, events: list[Event]) -> None:
+        """Count events once they are in the log (a snapshot never runs ahead of its last id)."""
+        session, progress, observer = run.session, run.progress, self._observer
+        for event in events:
+            progress.observe(event)
+            observer.event_logged(run.id, event)
+            if isinstance(event, TurnCompleted | PlanCreated):
+                session.usage = session.usage + event.usage
+                self._gate.used(session.owner, event.usage)
+
     async def _drive(self, run: Run) -> None:
         log.info("query started (max %d turns)", run.max_turns)
         session, progress = run.session, run.progress
         event_log = session.log
-        observer = self._observer
+        # On a shared store the events that come while an append is on its way go in one call.
+        committer = (
+            Committer(event_log, run.fence, lambda events: self._logged(run, events))
+            if event_log.round_trips
+            else None
+        )
         try:
             async for event in self._agent.run(session.messages, run.message, run.max_turns):
                 if is_terminal(event):
+                    if committer is not None:
+                        await committer.drain()
                     await self._finish(run, event)
                     return
-                # Logged first, then counted: a snapshot never runs ahead of the log's last id.
-                await event_log.append(event, fence=run.fence)
-                progress.observe(event)
-                observer.event_logged(run.id, event)
-                if isinstance(event, TurnCompleted | PlanCreated):
-                    session.usage = session.usage + event.usage
-                    self._gate.used(session.owner, event.usage)
+                if committer is None:
+                    await event_log.append(event, fence=run.fence)
+                    self._logged(run, [event])
+                elif committer.add(event):
+                    await committer.drain()
+            if committer is not None:
+                await committer.drain()
             await self._finish(
                 run, RunError(error="the agent stopped without a result", turns=progress.turns)
             )
@@ -367,6 +385,8 @@ class RunManager:
             if current is not None:
                 current.uncancel()
             try:
+                if committer is not None:
+                    await _settle(committer, run)  # what the run yielded is logged before how it stopped
                 stopped = await self._stopped(run)
             except RunLost as exc:
                 # Whoever stopped it (a lost claim, a deleted session) has said why.
@@ -415,6 +435,16 @@ class RunManager:
             await self._store.finish_run(run.session, run.fence, events)
         else:
             await append_unless_closed(run.session.log, events)
+
+
+async def _settle(committer: Committer, run: Run) -> None:
+    """Wait for a stopped run's queued appends; only a lost run or store goes on to the caller."""
+    try:
+        await committer.drain()
+    except (RunLost, StoreUnavailable):
+        raise
+    except Exception:
+        log.exception("run %s of session %s: its last events could not be logged", run.id, run.session.id)
 
 
 @contextlib.contextmanager

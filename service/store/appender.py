@@ -7,11 +7,12 @@ import contextlib
 import logging
 from typing import Any
 
+from redis.asyncio.connection import Connection
 from redis.exceptions import NoScriptError, RedisError
 
 from service.errors import StoreUnavailable
 from service.store import scripts
-from service.store.connection import RedisConnections
+from service.store.connection import RedisConnections, held, send_commands
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,8 @@ class Appender:
         self._flusher: asyncio.Task[None] | None = None
         self.batches = 0  # pipelines sent, to see the batching at work
         self.appends = 0
+        # One of the pool's connections, kept: the appender sends one batch at a time.
+        self._connection: Connection | None = None
 
     async def append(self, keys: list[str], args: list[Any]) -> Any:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -56,13 +59,17 @@ class Appender:
         script = backend.scripts["APPEND"]
         pending = batch
         for _ in range(2):  # a second pass after Redis lost its scripts (a restart)
+            # EVALSHA directly: redis-py's script objects would check with SCRIPT EXISTS first,
+            # a round trip per pipeline.
+            commands = [("EVALSHA", script.sha, len(keys), *keys, *args) for keys, args, _future in pending]
             try:
-                async with backend.call(), backend.redis.pipeline(transaction=False) as pipe:
-                    for keys, args, _future in pending:
-                        # EVALSHA directly: redis-py's script objects would check with
-                        # SCRIPT EXISTS first, a round trip per pipeline.
-                        pipe.evalsha(script.sha, len(keys), *keys, *args)
-                    results = await pipe.execute(raise_on_error=False)
+                async with backend.call():
+                    connection = self._connection
+                    if connection is None:
+                        connection = self._connection = await held(backend.redis)
+                    # Tried again on a connection error, as redis-py's own pipeline would: each
+                    # append carries a token, so one carried out twice is stored once.
+                    results = await send_commands(connection, commands, retry=True)
             except BaseException as exc:
                 for _keys, _args, future in pending:
                     if not future.done():

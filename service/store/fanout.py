@@ -9,21 +9,26 @@ import itertools
 import logging
 import time
 from collections import deque
+from typing import Any
 
+from redis.asyncio.connection import Connection
 from redis.exceptions import RedisError
 
-from service.core.events import StatusChange
+from service.core.events import Event, StatusChange
 from service.core.log import LogEntry
 from service.core.sessions import (
     IDLE,
     RUNNING,
 )
+from service.core.wakeup import Wakeup
 from service.errors import StoreUnavailable
 from service.store.connection import (
     READ_BATCH,
     TAIL_ENTRIES,
     RedisConnections,
     decode_entry,
+    held,
+    send_commands,
     stream_entry_id,
     unavailable,
 )
@@ -39,12 +44,13 @@ class Tail:
         "key",
         "cursor",
         "entries",
-        "changed",
+        "wakeup",
         "closed",
         "failed",
         "refs",
         "status",
         "appended",
+        "pending",
     )
 
     def __init__(self, session_id: str, key: str, cursor: int, status: str) -> None:
@@ -52,18 +58,40 @@ class Tail:
         self.key = key
         self.cursor = cursor  # the newest id the reader has seen
         self.entries: deque[LogEntry] = deque(maxlen=TAIL_ENTRIES)
-        self.changed = asyncio.Event()
+        self.wakeup = Wakeup()
         self.closed = False
         self.failed: StoreUnavailable | None = None
         self.refs = 0
         self.status = status
-        # Entries this instance appended, by id: the reader takes them instead of decoding the
-        # same JSON again.
+        # Entries this instance appended, by id, and the events of appends on their way, by their
+        # JSON: the reader takes these instead of decoding the same JSON again.
         self.appended: dict[int, LogEntry] = {}
+        self.pending: dict[str, Event] = {}
 
     def wake(self) -> None:
-        changed, self.changed = self.changed, asyncio.Event()
-        changed.set()
+        self.wakeup.notify()
+
+    def take(self, entry: LogEntry) -> None:
+        """Add the entry that follows the cursor (the caller wakes the subscribers)."""
+        self.cursor = entry.id
+        event = entry.event
+        if isinstance(event, StatusChange):
+            self.status = RUNNING if event.status == RUNNING else IDLE
+        self.entries.append(entry)
+
+    def stored(self, entries: list[LogEntry]) -> None:
+        """Entries this instance has just appended. When they follow the cursor they are the
+        subscribers' at once (a round trip sooner than through the reader, which then skips
+        them); otherwise the reader takes them when it gets there."""
+        if entries[0].id == self.cursor + 1 and not self.closed and self.failed is None:
+            for entry in entries:
+                self.take(entry)
+            self.wake()
+            return
+        appended = self.appended
+        for entry in entries:
+            if entry.id > self.cursor and len(appended) < TAIL_ENTRIES:
+                appended[entry.id] = entry
 
     def after(self, cursor: int) -> list[LogEntry] | None:
         """The cached entries after ``cursor``; ``None`` when the cache does not reach back."""
@@ -95,6 +123,7 @@ class Fanout:
         self._last_exists_check = time.monotonic()
         self.subscribers = 0
         self._subscribers_changed = asyncio.Event()
+        self._connection: Connection | None = None  # the reader's own, for its blocking XREAD
 
     def _count(self, change: int) -> None:
         self.subscribers += change
@@ -162,10 +191,24 @@ class Fanout:
                     continue
                 # A Redis that hangs ends the followed logs too, once the block plus the deadline
                 # is over, and its subscribers resume once it answers again.
+                command = (
+                    "XREAD",
+                    "COUNT",
+                    READ_BATCH,
+                    "BLOCK",
+                    int(self._check_interval * 1000),
+                    "STREAMS",
+                    *streams,
+                    *streams.values(),
+                )
                 async with backend.call(extra_s=self._check_interval):
-                    result = await backend.reader_redis.xread(
-                        streams, block=int(self._check_interval * 1000), count=READ_BATCH
-                    )
+                    if self._connection is None:
+                        self._connection = await held(backend.reader_redis)
+                    # The reply as Redis sends it: {key: [[id, [field, value, ...]], ...]} (RESP3,
+                    # redis-py's default), or [[key, entries], ...] (RESP2)
+                    (result,) = await send_commands(self._connection, [command])
+                if isinstance(result, Exception):
+                    raise result
                 delay = 0.05
                 backend.connected = True
             except asyncio.CancelledError:
@@ -181,7 +224,7 @@ class Fanout:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
                 continue
-            for key, items in result or ():
+            for key, items in result.items() if isinstance(result, dict) else result or ():
                 if key == self._wake_key:
                     self._wake_cursor = items[-1][0]
                     continue
@@ -191,26 +234,24 @@ class Fanout:
             if time.monotonic() - self._last_check >= self._check_interval:
                 await self._check()
 
-    def _deliver(self, tail: Tail, items: list[tuple[str, dict[str, str]]]) -> None:
+    def _deliver(self, tail: Tail, items: list[list[Any]]) -> None:
         for stream_id, fields in items:
             entry_id = stream_entry_id(stream_id)
             if entry_id <= tail.cursor:
-                continue
+                continue  # this instance's own append, the subscribers' already
             if entry_id != tail.cursor + 1:
                 # Entries were purged before this reader saw them: the cache must stay
                 # contiguous, so it starts over (readers further back go to Redis).
                 tail.entries.clear()
                 tail.appended.clear()
-            entry = tail.appended.pop(entry_id, None) or decode_entry(stream_id, fields)
+            entry = tail.appended.pop(entry_id, None) or decode_entry(
+                stream_id, dict(zip(fields[::2], fields[1::2], strict=True)), tail.pending
+            )
             if entry is None:
                 # The mark of a deleted session is not an event: the cursor stays on the last one.
                 tail.closed = True
                 break
-            tail.cursor = entry_id
-            event = entry.event
-            if isinstance(event, StatusChange):
-                tail.status = RUNNING if event.status == RUNNING else IDLE
-            tail.entries.append(entry)
+            tail.take(entry)
         tail.wake()
 
     async def _check(self) -> None:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 from redis.exceptions import ResponseError
 
@@ -14,6 +14,7 @@ from service.core.log import EventLog, LogEntry, entry_bytes
 from service.core.sessions import (
     IDLE,
 )
+from service.core.wakeup import IdleWait
 from service.errors import RunLost
 from service.store.backend import RedisBackend
 from service.store.connection import READ_BATCH, TAIL_ENTRIES, decode_entry, stream_entry_id
@@ -23,6 +24,8 @@ log = logging.getLogger(__name__)
 
 class RedisEventLog(EventLog):
     """A session's event log as a Redis Stream (see the module docstring)."""
+
+    round_trips = True
 
     def __init__(self, backend: RedisBackend, session_id: str, status: str = IDLE) -> None:
         self._backend = backend
@@ -53,19 +56,55 @@ class RedisEventLog(EventLog):
         return int(value or 0)
 
     async def append(self, event: Event, *, fence: str | None = None) -> LogEntry:
+        return (await self.append_many([event], fence=fence))[0]
+
+    async def append_many(self, events: list[Event], *, fence: str | None = None) -> list[LogEntry]:
+        """Store ``events`` under the next ids, in one call to Redis per sixteenth of the byte bound
+        they hold: a run's burst costs one round trip (or a few, for a burst that big)."""
+        raws = [event.model_dump_json() for event in events]
+        sizes = [entry_bytes(len(raw)) for raw in raws]
+        # No call pushes more than a sixteenth of the bound out of the log, so a reader a few
+        # round trips behind the run is not purged by its batching (an append per round trip,
+        # as before batching, never purged one either).
+        share = self._backend.max_bytes // 16
+        entries: list[LogEntry] = []
+        start = total = 0
+        for end, size in enumerate(sizes):
+            if total and total + size > share:
+                entries += await self._append_call(
+                    events[start:end], raws[start:end], sizes[start:end], fence
+                )
+                start, total = end, 0
+            total += size
+        return entries + await self._append_call(events[start:], raws[start:], sizes[start:], fence)
+
+    async def _append_call(
+        self, events: list[Event], raws: list[str], sizes: list[int], fence: str | None
+    ) -> list[LogEntry]:
         backend = self._backend
-        raw = event.model_dump_json()
-        size = entry_bytes(len(raw))
         ts = time.time()
         # Sized as the memory log sizes it, so the one bound keeps the same history in both
         # stores (an entry takes less in Redis, so Redis stays well within it). The token makes
         # a repeated append (redis-py's retries, or a run's below) count once.
-        args = [fence or "", raw, f"{ts:.6f}", size, backend.max_bytes, backend.next_token()]
+        args: list[Any] = [
+            fence or "",
+            raws[0],
+            f"{ts:.6f}",
+            sizes[0],
+            backend.max_bytes,
+            backend.next_token(),
+        ]
+        for raw, size in zip(raws[1:], sizes[1:], strict=True):
+            args += (raw, size)
+        tail = backend.fanout.tails.get(self._session_id)
+        if tail is not None and len(tail.pending) < TAIL_ENTRIES:
+            # The reader may see these entries before the reply comes: it need not decode them.
+            tail.pending.update(zip(raws, events, strict=True))
         try:
             if fence:
-                entry_id = await backend.outlast(lambda: backend.appender.append(self._keys, args))
+                last_id = await backend.outlast(lambda: backend.appender.append(self._keys, args))
             else:
-                entry_id = await backend.appender.append(self._keys, args)
+                last_id = await backend.appender.append(self._keys, args)
         except ResponseError as exc:
             if "RUNLOST" in str(exc):
                 raise RunLost(f"session {self._session_id}: the run's claim expired") from None
@@ -80,11 +119,19 @@ class RedisEventLog(EventLog):
                     ) from None
                 raise RuntimeError("event log is closed") from None
             raise
-        entry = LogEntry(int(entry_id), event, size, ts)
+        finally:
+            if tail is not None:
+                for raw in raws:
+                    tail.pending.pop(raw, None)
+        first_id = int(last_id) - len(events) + 1
+        entries = [
+            LogEntry(first_id + n, event, size, ts)
+            for n, (event, size) in enumerate(zip(events, sizes, strict=True))
+        ]
         tail = backend.fanout.tails.get(self._session_id)
-        if tail is not None and entry.id > tail.cursor and len(tail.appended) < TAIL_ENTRIES:
-            tail.appended[entry.id] = entry
-        return entry
+        if tail is not None:
+            tail.stored(entries)
+        return entries
 
     async def _range(self, after_id: int, limit: int | None) -> list[LogEntry]:
         backend = self._backend
@@ -114,26 +161,34 @@ class RedisEventLog(EventLog):
         fanout = self._backend.fanout
         cursor = max(after_id, 0)
         tail = await fanout.watch(self._session_id, self._status)
+        idle = IdleWait(idle_timeout) if idle_timeout is not None else None
         try:
             while True:
-                changed = tail.changed
                 if tail.failed is not None:
                     raise tail.failed
+                waiter = None
                 batch = tail.after(cursor)
                 if batch is None:
+                    # Taken before the read, which waits: what the reader brings meanwhile wakes it.
+                    waiter = tail.wakeup.waiter()
                     batch = await self.read(cursor, READ_BATCH)
                 if batch:
                     cursor = batch[-1].id
+                    if idle is not None:
+                        idle.news()
                     yield batch
                     continue
                 if tail.closed or self._closed:
                     return
-                try:
-                    async with asyncio.timeout(idle_timeout):
-                        await changed.wait()
-                except TimeoutError:
+                if waiter is None:
+                    waiter = tail.wakeup.waiter()
+                if idle is None:
+                    await waiter
+                elif not await idle.wait(waiter):
                     yield []
         finally:
+            if idle is not None:
+                idle.close()
             fanout.unwatch(tail)
 
     async def last_id(self) -> int:

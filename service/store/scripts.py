@@ -65,7 +65,10 @@ local function refresh(meta, logk, zset, sid, ttl, now)
 end
 """
 
-# KEYS meta, log, lock   ARGV fence, json, ts, size, max_bytes, token
+# KEYS meta, log, lock   ARGV fence, json, ts, size, max_bytes, token, then (json, size) for each
+# further event -> the last id. One call stores a run's burst of events together (their ids follow
+# one another); the token names the whole call, so a repeated one stores nothing twice and answers
+# as the first did.
 APPEND = (
     _APPEND
     + """
@@ -74,7 +77,11 @@ if ARGV[1] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[1] then return redis.err
 if ARGV[6] ~= '' and redis.call('HGET', KEYS[1], 'tok') == ARGV[6] then
   return tonumber(redis.call('HGET', KEYS[1], 'last_id'))
 end
-local id = append(KEYS[1], KEYS[2], ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]))
+local max_bytes = tonumber(ARGV[5])
+local id = append(KEYS[1], KEYS[2], ARGV[2], ARGV[3], tonumber(ARGV[4]), max_bytes)
+for i = 7, #ARGV - 1, 2 do
+  id = append(KEYS[1], KEYS[2], ARGV[i], ARGV[3], tonumber(ARGV[i + 1]), max_bytes)
+end
 if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'tok', ARGV[6]) end
 return id
 """

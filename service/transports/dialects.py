@@ -235,9 +235,27 @@ def session_frame(entry: LogEntry) -> tuple[str, str]:
     """The entry's session-dialect event name and JSON (with ``id`` and ``ts``), made once per entry."""
     cached = entry.encoded.get("session")
     if cached is None:
-        payload = session_payload(entry)
-        cached = entry.encoded["session"] = (payload["type"], dumps(payload))
+        event = entry.event
+        if type(event) is TextDelta:
+            # Most events are text deltas: written straight, the very JSON dumps(session_payload())
+            # gives, without building its dict (a token's projection is a third of the time).
+            data = (
+                f'{{"type":"assistant_text","text":{_string(event.text)},'
+                f'"id":{entry.id},"ts":{round(entry.ts, 6)!r}}}'
+            )
+            cached = entry.encoded["session"] = ("assistant_text", data)
+        else:
+            payload = session_payload(entry)
+            cached = entry.encoded["session"] = (payload["type"], dumps(payload))
     return cached
+
+
+def agent_block(event: Event) -> str | None:
+    """The event's whole SSE block in the agent dialect (``None`` when it does not show it)."""
+    if type(event) is TextDelta:
+        return f'data: {{"type":"text_delta","text":{_string(event.text)}}}{SSE_SEP}{SSE_SEP}'
+    payload = agent(event)
+    return None if payload is None else sse_block(dumps(payload))
 
 
 SSE_SEP = "\r\n"  # aiohttp-sse's separator, so every frame of a stream looks the same
@@ -307,15 +325,21 @@ def session_payload(entry: LogEntry) -> payloads.SessionPayload:
     return payload
 
 
-def dumps(payload: Any) -> str:
-    """Compact JSON, with bytes (redacted reasoning) as base64."""
-    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, default=_default)
-
-
 def _default(value: Any) -> Any:
     if isinstance(value, bytes | bytearray):
         return base64.b64encode(value).decode("ascii")
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+# One encoder for every payload: json.dumps with options would build one per call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=_default)
+# A string as JSON, as _ENCODER writes it (ensure_ascii=False).
+_string = json.encoder.encode_basestring
+
+
+def dumps(payload: Any) -> str:
+    """Compact JSON, with bytes (redacted reasoning) as base64."""
+    return _ENCODER.encode(payload)
 
 
 def jsonable(value: Any) -> Any:

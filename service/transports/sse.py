@@ -83,9 +83,9 @@ async def _agent_stream(
             async for batch in batches:
                 blocks = []
                 for entry in batch:
-                    payload = dialects.agent(entry.event)
-                    if payload is not None:
-                        blocks.append(dialects.sse_block(encode(payload)))
+                    block = dialects.agent_block(entry.event)
+                    if block is not None:
+                        blocks.append(block)
                 if blocks:
                     await write_blocks(request, response, "".join(blocks).encode(), timeout)
                     delivered.inc(len(blocks))

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from service.core.events import TextDelta
+from service.core.log import entry_bytes
 from service.core.sessions import MemorySessionStore
 from service.errors import EventsPurged, RunInProgress, RunLost, SessionNotFound
 from service.store.redis import RedisBackend, RedisEventLog, RedisSessionStore
@@ -61,6 +62,70 @@ async def test_a_retried_append_is_stored_once(store: RedisSessionStore, backend
     again = await backend.scripts["APPEND"](keys=keys, args=args)
     assert first == again == 1
     assert [e.id for e in await session.log.read(0)] == [1]
+
+
+async def test_a_burst_is_stored_by_one_call_and_a_retried_one_once(
+    redis_url: str, redis_prefix: str
+) -> None:
+    backend = RedisBackend(redis_url, prefix=redis_prefix)  # the default bound: 10 MB
+    await backend.start()
+    try:
+        session = await RedisSessionStore(backend, MemorySessionStore()).create()
+        before = backend.appender.batches
+        burst = [TextDelta(text=f"t{n}") for n in range(5)]
+        entries = await session.log.append_many(burst)
+        assert [entry.id for entry in entries] == [1, 2, 3, 4, 5]
+        assert backend.appender.batches - before == 1
+        assert [entry.event for entry in await session.log.read(0)] == burst
+        # The same call again (a retry after a lost reply) stores nothing twice and answers the same.
+        raws = [TextDelta(text=text).model_dump_json() for text in ("x", "y")]
+        args = [
+            "",
+            raws[0],
+            f"{time.time():.6f}",
+            len(raws[0]),
+            backend.max_bytes,
+            "token-2",
+            raws[1],
+            len(raws[1]),
+        ]
+        keys = backend.session_keys(session.id)
+        first = await backend.scripts["APPEND"](keys=keys, args=args)
+        again = await backend.scripts["APPEND"](keys=keys, args=args)
+        assert first == again == 7
+        assert [e.event.text for e in await session.log.read(5)] == ["x", "y"]
+    finally:
+        await backend.stop()
+
+
+async def test_no_call_pushes_more_than_a_sixteenth_of_the_bound(
+    store: RedisSessionStore, backend: RedisBackend
+) -> None:
+    session = await store.create()
+    burst = [TextDelta(text=f"t{n}") for n in range(5)]
+    size = entry_bytes(len(burst[0].model_dump_json()))
+    assert 2 * size <= backend.max_bytes // 16 < 3 * size  # two such entries to a call
+    before = backend.appender.batches
+    entries = await session.log.append_many(burst)
+    assert backend.appender.batches - before == 3
+    assert [entry.id for entry in entries] == [1, 2, 3, 4, 5]
+    assert [entry.event for entry in await session.log.read(0)] == burst
+
+
+async def test_subscribers_here_get_this_instance_s_appends_as_appended(store: RedisSessionStore) -> None:
+    session = await store.create()
+    batches = session.log.subscribe(0)
+    first = asyncio.ensure_future(anext(batches))
+    await session.log.wait_subscribers(1)
+    burst = [TextDelta(text=f"t{n}") for n in range(3)]
+    await session.log.append_many(burst)
+    got = await first
+    while len(got) < 3:
+        got += await anext(batches)
+    # The very events appended: nothing was decoded again on the way to the subscriber.
+    assert [entry.id for entry in got] == [1, 2, 3]
+    assert all(entry.event is event for entry, event in zip(got, burst, strict=True))
+    await batches.aclose()
 
 
 async def test_appends_are_fenced_by_the_run_claim(store: RedisSessionStore, backend: RedisBackend) -> None:
