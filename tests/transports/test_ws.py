@@ -245,6 +245,9 @@ async def test_a_client_that_never_reads_is_closed_and_resumes_with_nothing_lost
         ws_send_timeout_s=0.3,
         merge_deltas_after=100_000,
         session_events_max_bytes=100 * 1024 * 1024,
+        # The raw socket never answers a ping: on a slow machine the heartbeat's missing pong
+        # would close the connection (1006, no close frame) before the outbox overflows.
+        ws_heartbeat_s=3600,
     )
     services = services_of(client)
     session_id = await new_session(client)
