@@ -37,6 +37,7 @@ from aiobotocore.session import AioSession
 
 from service.core.events import Event
 from service.errors import ProviderError
+from service.providers.admission import Admission
 from service.providers.base import ModelRequest, TurnResult, alternate_roles, parse_stream
 from service.providers.bedrock_events import FrameDecoder, fast_event
 from service.providers.bedrock_stream import BedrockStreamParser, stream_error_from_exception
@@ -96,6 +97,7 @@ class BedrockProvider:
         # The service model and endpoint rules are files: read them now, at start, rather than
         # on the event loop when the first request makes the client.
         self._session.warm_up_loader_caches(SERVICE)
+        self.admission = Admission()
         self._client: Any = None
         self._client_lock = asyncio.Lock()
         self._exit_stack = contextlib.AsyncExitStack()
@@ -161,6 +163,7 @@ class BedrockProvider:
 
     async def raw_stream(self, request: ModelRequest) -> AsyncGenerator[dict[str, Any], None]:
         """Yield ConverseStream events; errors are raised as :class:`ProviderError`."""
+        await self.admission.enter()  # a burst of new requests starts a few per loop turn
         kwargs = self.request_kwargs(request)
         self._opened()
         events: Any = None

@@ -111,6 +111,7 @@ class RedisSessionStore(SessionStore):
         keys = [*backend.session_keys(session_id), backend.sessions_key]
         async with backend.call():
             deleted = await backend.scripts["DELETE"](keys=keys, args=[session_id, f"{time.time():.6f}"])
+        backend.fanout.reread(session_id)  # the mark of the deletion comes through the reader
         if not deleted:
             raise SessionNotFound(session_id)
 
@@ -156,6 +157,7 @@ class RedisSessionStore(SessionStore):
             if "NOSESSION" in str(exc):
                 raise SessionNotFound(session.id) from None
             raise
+        backend.fanout.reread(session.id)  # an interrupted query's ending comes through the reader
         # The run continues the conversation as it stands now, not as this copy was read.
         session.messages[:] = json.loads(messages or "[]")
         return fence
@@ -182,6 +184,7 @@ class RedisSessionStore(SessionStore):
         async def finish() -> None:
             async with backend.call():
                 await backend.scripts["FINISH"](keys=keys, args=args)
+            backend.fanout.reread(session.id)  # its last events come through the reader
 
         try:
             # Tried again through a short outage, like the run's appends: the script knows a
