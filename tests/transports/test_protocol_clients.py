@@ -53,7 +53,9 @@ async def test_reconnect_to_stream_resumes_then_finds_nothing(make_client: Clien
     require_node()
     # The tool never answers (and does not time out here): the query runs until it is stopped.
     client = await make_client(tool_timeout_s=60)
-    result = await run_node("aisdk_resume.mjs", base_url(client), "chat-resume", "Use a tool [emu:tool=sleepy]")
+    result = await run_node(
+        "aisdk_resume.mjs", base_url(client), "chat-resume", "Use a tool [emu:tool=sleepy]"
+    )
     assert result["firstChunks"][0] == "start" and result["firstChunks"][-1] == "tool-input-start"
     resumed = result["resumedChunks"]
     # From the query's first part, whatever the cut stream had seen.
