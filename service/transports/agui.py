@@ -84,6 +84,10 @@ def query_of(body: RunAgentInput) -> str:
     )
     if not text.strip():
         raise ValueError("the last message has no text")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("the last message's text is not valid Unicode (a lone surrogate)") from None
     return text
 
 
