@@ -122,12 +122,12 @@ async def _start(
 async def _resume_from(session: Session, request: web.Request, wire: Wire) -> int | None:
     """Where a resumed stream starts (``None``: no query runs, a 204): the running query's first
     event, or after ``Last-Event-ID``, with the wire primed on what the client has seen."""
+    after = last_event_id(request)  # a bad one is a 400 whether or not a query runs
     if session.status != RUNNING:
         return None
     log = session.log
     last = await log.last_id()
     start = session.run_start_id - 1 if session.run_start_id else last
-    after = last_event_id(request)
     if after is None or after <= start:
         return start
     if after > last:
