@@ -27,7 +27,7 @@ from service.logs import quiet_malformed_requests
 from service.metrics import Metrics
 from service.monitor import LoopLagMonitor
 from service.providers.base import ModelProvider
-from service.transports import auth, http, mcp, openapi, sse, web_client, ws
+from service.transports import auth, http, mcp, openapi, protocols, sse, web_client, ws
 from service.transports import sessions as session_routes
 from service.transports.context import CONTEXT, Context, Health
 from service.transports.middleware import error_middleware
@@ -308,6 +308,7 @@ def create_app(
     http.add_routes(app)
     session_routes.add_routes(app)
     sse.add_routes(app)
+    protocols.add_routes(app)
     ws.add_routes(app)
     mcp.add_routes(app)
     web_client.add_routes(app)

@@ -7,6 +7,7 @@
      │    └── ModelStreamError  an exception event that arrived inside the stream
      ├── EventsPurged           a reader asked for events the log no longer keeps
      ├── SessionNotFound        no such session (or not the caller's)
+ ├── SessionExists          a client-chosen session id is already taken
      ├── RunInProgress          a session already runs a query
      ├── Overloaded             the instance runs as many queries as it may
      │    └── StreamLimitReached  it holds as many open streams as it may
@@ -52,6 +53,10 @@ class EventsPurged(AgentStreamError):
 
 class SessionNotFound(AgentStreamError):
     """No session with that id."""
+
+
+class SessionExists(AgentStreamError):
+    """A session with the id a client chose exists already."""
 
 
 class RunInProgress(AgentStreamError):

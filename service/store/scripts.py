@@ -91,6 +91,7 @@ return id
 # meta_prefix. The owner's set names its sessions; one whose meta key is gone (deleted, expired)
 # is dropped from it here, so it needs no upkeep elsewhere.
 CREATE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return redis.error_reply('EXISTS') end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[5])
 if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[6]) then return redis.error_reply('SESSIONLIMIT') end
 local per_owner = tonumber(ARGV[7])

@@ -22,7 +22,14 @@ from service.core.sessions import (
     new_session_id,
     session_quota_exceeded,
 )
-from service.errors import RunInProgress, RunLost, SessionLimitReached, SessionNotFound, StoreUnavailable
+from service.errors import (
+    RunInProgress,
+    RunLost,
+    SessionExists,
+    SessionLimitReached,
+    SessionNotFound,
+    StoreUnavailable,
+)
 from service.store.backend import RedisBackend
 from service.store.log import RedisEventLog
 
@@ -46,11 +53,13 @@ class RedisSessionStore(SessionStore):
     def _is_local(self, session: Session) -> bool:
         return session.ephemeral
 
-    async def create(self, *, ephemeral: bool = False, owner: str = "") -> Session:
+    async def create(
+        self, *, ephemeral: bool = False, owner: str = "", session_id: str | None = None
+    ) -> Session:
         if ephemeral:
-            return await self.local.create(ephemeral=True, owner=owner)
+            return await self.local.create(ephemeral=True, owner=owner, session_id=session_id)
         backend = self.backend
-        session_id = new_session_id()
+        session_id = session_id or new_session_id()
         created = time.time()
         try:
             async with backend.call():
@@ -72,6 +81,8 @@ class RedisSessionStore(SessionStore):
                 raise SessionLimitReached(f"{backend.max_sessions} sessions are open") from None
             if "OWNERLIMIT" in str(exc):
                 raise session_quota_exceeded(self.max_per_owner) from None
+            if "EXISTS" in str(exc):
+                raise SessionExists(session_id) from None
             raise
         return Session(id=session_id, log=RedisEventLog(backend, session_id), owner=owner, created_at=created)
 

@@ -335,6 +335,7 @@ def _default(value: Any) -> Any:
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=_default)
 # A string as JSON, as _ENCODER writes it (ensure_ascii=False).
 _string = json.encoder.encode_basestring
+quote = _string  # the same, for the dialects that live in modules of their own
 
 
 def dumps(payload: Any) -> str:

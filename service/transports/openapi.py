@@ -18,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from service.config import Settings
+from service.transports import openapi_protocols
 from service.transports.context import CONTEXT
 from service.transports.openapi_components import (
     JSON,
@@ -401,12 +402,15 @@ def build_spec(settings: Settings) -> dict[str, Any]:
             }
         },
     }
+    paths.update(openapi_protocols.paths(settings, common))
+    parts = components(settings)
+    parts["schemas"].update(openapi_protocols.schemas())
     return {
         "openapi": "3.1.0",
         "info": {"title": "agentstream", "version": "0.1.0", "description": DESCRIPTION},
         "security": [{}, {"bearer": []}, {"token": []}, {"cookie": []}],
         "paths": paths,
-        "components": components(settings),
+        "components": parts,
     }
 
 

@@ -130,7 +130,8 @@ async def write_blocks(
         raise
 
 
-def _last_event_id(request: web.Request) -> int | None:
+def last_event_id(request: web.Request) -> int | None:
+    """The id a client resumes after: the `Last-Event-ID` header, else `?last_event_id=`; 400 if bad."""
     header = request.headers.get("Last-Event-ID")
     if header is not None and header.strip():
         try:
@@ -146,7 +147,7 @@ def _last_event_id(request: web.Request) -> int | None:
 async def session_events(request: web.Request) -> web.StreamResponse:
     """``GET /sessions/{id}/events``: the session dialect, resumable by event id."""
     context, session = await session_of(request)
-    after = _last_event_id(request)
+    after = last_event_id(request)
     log = session.log
     last = await log.last_id()
     running = session.status == RUNNING

@@ -67,6 +67,10 @@ README_ROUTES = {
     ("GET", "/selftest/stream"),
     ("POST", "/auth/token"),
     ("GET", "/"),
+    ("POST", "/api/chat"),
+    ("GET", "/api/chat/{session_id}/stream"),
+    ("POST", "/ag-ui"),
+    ("GET", "/ag-ui/{session_id}/events"),
 }
 
 
