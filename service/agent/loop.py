@@ -102,7 +102,9 @@ class AgentLoop:
         tool_calls: list[ToolCall] = []
         if self.planning:
             plan = _Turn()
-            request = ModelRequest(messages=messages, system=PLANNING_PROMPT, max_tokens=min(max_tokens, 1024))
+            request = ModelRequest(
+                messages=messages, system=PLANNING_PROMPT, max_tokens=min(max_tokens, 1024)
+            )
             async for event in self._stream_turn(provider, request, 0, plan, emit=False):
                 yield event
             if plan.error is not None:
@@ -171,7 +173,8 @@ class AgentLoop:
                     step_number=turn + offset,
                     text=result.text,
                     tool_calls=[
-                        ToolCall(tool=use.tool, input=use.input, tool_use_id=use.tool_use_id) for use in handed
+                        ToolCall(tool=use.tool, input=use.input, tool_use_id=use.tool_use_id)
+                        for use in handed
                     ],
                     usage=result.usage,
                 )
