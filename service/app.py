@@ -27,7 +27,7 @@ from service.logs import quiet_malformed_requests
 from service.metrics import Metrics
 from service.monitor import LoopLagMonitor
 from service.providers.base import ModelProvider
-from service.transports import auth, http, mcp, openapi, protocols, sse, web_client, ws
+from service.transports import auth, http, mcp, openai_chat, openapi, protocols, sse, web_client, ws
 from service.transports import sessions as session_routes
 from service.transports.context import CONTEXT, Context, Health
 from service.transports.middleware import error_middleware
@@ -233,7 +233,12 @@ def create_app(
 
     app = web.Application(
         client_max_size=settings.max_request_bytes,
-        middlewares=[error_middleware, auth.access_middleware, quota_middleware],
+        middlewares=[
+            openai_chat.chat_error_middleware,
+            error_middleware,
+            auth.access_middleware,
+            quota_middleware,
+        ],
     )
     app[SERVICES] = services
     app[CONTEXT] = services
@@ -311,6 +316,7 @@ def create_app(
     protocols.add_routes(app)
     ws.add_routes(app)
     mcp.add_routes(app)
+    openai_chat.add_routes(app)
     web_client.add_routes(app)
     openapi.add_routes(app)
     return app

@@ -6,6 +6,12 @@ conversation stays in Bedrock's message format: the assistant message with its t
 then a user message with the toolResult blocks (``status: error`` for a failed tool). The
 conversation is only extended at consistent points, so a cancelled or failed query never leaves
 a toolUse without its result.
+
+A query's :class:`~service.core.options.RunOptions` may bring tools the client runs itself: they
+are offered beside the agent's own, and a turn that calls one ends the query there (``done`` with
+``stop_reason: tool_use``), its calls handed back unanswered; the client's next query brings their
+results (``resume``). Calls to the agent's own tools in that same turn are not run: the client's
+conversation could not carry their results.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from service.core.events import (
     TurnCompleted,
     Usage,
 )
+from service.core.options import RunOptions
 from service.errors import ModelStreamError, ProviderError
 from service.providers.base import ModelProvider, ModelRequest, PendingToolUse, TurnResult
 
@@ -74,19 +81,29 @@ class AgentLoop:
         self.planning = planning
 
     async def run(
-        self, messages: list[dict[str, Any]], user_text: str, max_turns: int
+        self,
+        messages: list[dict[str, Any]],
+        user_text: str,
+        max_turns: int,
+        options: RunOptions | None = None,
     ) -> AsyncIterator[Event]:
-        """Append ``user_text`` to ``messages`` and work until end of turn, max tokens or max turns."""
+        """Append ``user_text`` to ``messages`` (unless ``options.resume``) and work until end of
+        turn, max tokens, max turns, or a call to one of the client's tools."""
         if self.provider is None:
             raise RuntimeError("the agent loop has no model provider yet")
         provider = self.provider
-        messages.append({"role": "user", "content": [{"text": user_text}]})
+        options = options or RunOptions()
+        client_names = options.client_tool_names
+        system = "\n\n".join(part for part in (self.system_prompt, options.system) if part)
+        max_tokens = min(self.max_tokens, options.max_tokens or self.max_tokens)
+        if not options.resume:
+            messages.append({"role": "user", "content": [{"text": user_text}]})
         total = Usage()
         tool_calls: list[ToolCall] = []
         if self.planning:
             plan = _Turn()
             request = ModelRequest(
-                messages=messages, system=PLANNING_PROMPT, max_tokens=min(self.max_tokens, 1024)
+                messages=messages, system=PLANNING_PROMPT, max_tokens=min(max_tokens, 1024)
             )
             async for event in self._stream_turn(provider, request, 0, plan, emit=False):
                 yield event
@@ -110,11 +127,12 @@ class AgentLoop:
                 )
                 return
             turn += 1
+            own = (spec for spec in self.tools.specs() if spec["name"] not in client_names)
             request = ModelRequest(
                 messages=messages,
-                system=self.system_prompt,
-                tool_specs=tuple(self.tools.specs()),
-                max_tokens=self.max_tokens,
+                system=system,
+                tool_specs=(*own, *options.client_tools),
+                max_tokens=max_tokens,
             )
             current = _Turn()
             try:
@@ -147,6 +165,28 @@ class AgentLoop:
                 total_usage=total,
                 latency_ms=result.latency_ms,
             )
+            if result.stop_reason == "tool_use" and any(use.tool in client_names for use in result.tool_uses):
+                handed = [use for use in result.tool_uses if use.tool in client_names]
+                messages.append(_handed_back(result, client_names))
+                yield StepCompleted(
+                    turn=turn,
+                    step_number=turn + offset,
+                    text=result.text,
+                    tool_calls=[
+                        ToolCall(tool=use.tool, input=use.input, tool_use_id=use.tool_use_id)
+                        for use in handed
+                    ],
+                    usage=result.usage,
+                )
+                yield RunDone(
+                    turns=turn,
+                    output=result.text,
+                    final_step=turn + offset + 1,
+                    tool_calls=tool_calls,
+                    usage=total,
+                    stop_reason="tool_use",
+                )
+                return
             if result.stop_reason == "tool_use" and result.tool_uses:
                 outcomes: dict[str, ToolOutcome] = {}
                 try:
@@ -285,6 +325,17 @@ def _assistant_message(result: TurnResult) -> dict[str, Any]:
     if not content:
         # Bedrock wants every assistant message to hold something.
         content = [{"text": result.text or "(no answer)"}]
+    return {"role": "assistant", "content": content}
+
+
+def _handed_back(result: TurnResult, client_names: frozenset[str]) -> dict[str, Any]:
+    """The assistant message of a turn that called client tools: its calls to them (the client
+    answers them next), without its calls to the agent's own tools, which were not run."""
+    content = [
+        block
+        for block in result.message.get("content", [])
+        if "toolUse" not in block or block["toolUse"].get("name") in client_names
+    ]
     return {"role": "assistant", "content": content}
 
 

@@ -36,6 +36,7 @@ from service.core.events import (
     Usage,
     is_terminal,
 )
+from service.core.options import RunOptions
 from service.core.sessions import IDLE, RUNNING, Session, SessionStore, append_unless_closed
 from service.errors import Overloaded, RunInProgress, RunLost, StoreUnavailable
 from service.logs import run_id_var, session_id_var
@@ -49,8 +50,15 @@ SHUTDOWN = "shutdown"
 class Agent(Protocol):
     """What the run manager needs of an agent: a stream of canonical events for one query."""
 
-    def run(self, messages: list[dict[str, Any]], user_text: str, max_turns: int) -> AsyncIterator[Event]:
-        """Append the user's text to ``messages``, work, and yield events ending with done/error."""
+    def run(
+        self,
+        messages: list[dict[str, Any]],
+        user_text: str,
+        max_turns: int,
+        options: RunOptions | None = None,
+    ) -> AsyncIterator[Event]:
+        """Append the user's text to ``messages`` (unless ``options.resume``), work, and yield
+        events ending with done/error."""
         ...
 
 
@@ -150,6 +158,7 @@ class Run:
     stop_reason: str | None = None
     fence: str | None = None
     progress: _Progress = field(default_factory=_Progress)
+    options: RunOptions | None = None
 
     async def wait(self) -> None:
         """Return once the run has written its terminal event."""
@@ -197,8 +206,15 @@ class RunManager:
         """``(session id, fence)`` of every local run holding a shared claim, to renew them."""
         return [(run.session.id, run.fence) for run in self._runs.values() if run.fence is not None]
 
-    async def start(self, session: Session, message: str, max_turns: int | None = None) -> Run:
-        """Start a query on ``session``; :class:`RunInProgress` if one runs already."""
+    async def start(
+        self,
+        session: Session,
+        message: str,
+        max_turns: int | None = None,
+        options: RunOptions | None = None,
+    ) -> Run:
+        """Start a query on ``session``; :class:`RunInProgress` if one runs already. ``options``
+        go to the agent as they are (see :class:`~service.core.options.RunOptions`)."""
         if session.id in self._runs:
             raise RunInProgress(session.id)
         if len(self._runs) >= self._max_concurrent:
@@ -208,6 +224,7 @@ class RunManager:
             session=session,
             message=message,
             max_turns=max_turns or self._default_max_turns,
+            options=options,
         )
         self._gate.admit(session.owner)  # may refuse (a quota); from here on it is released
         self._runs[session.id] = run
@@ -364,7 +381,8 @@ class RunManager:
             else None
         )
         try:
-            async for event in self._agent.run(session.messages, run.message, run.max_turns):
+            events = self._agent.run(session.messages, run.message, run.max_turns, run.options)
+            async for event in events:
                 if is_terminal(event):
                     if committer is not None:
                         await committer.drain()

@@ -6,7 +6,9 @@ the errors that the failure directives (``http``, ``fail``) name.
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any
 
 from service.emulator.steps import HttpError
 
@@ -59,6 +61,16 @@ def float_value(directives: dict[str, str], name: str) -> float | None:
     except (KeyError, ValueError):
         return None
     return value if value >= 0 else None
+
+
+def json_object_value(directives: dict[str, str], name: str) -> dict[str, Any]:
+    """The directive's value read as a JSON object, or ``{}`` when it is absent, malformed or
+    not an object (``[emu:tool_input={"city": "Paris"}]``; a value cannot hold a ``]``)."""
+    try:
+        value = json.loads(directives[name])
+    except (KeyError, ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def exception_name(name: str) -> str:

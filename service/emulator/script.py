@@ -38,6 +38,7 @@ from service.emulator.directives import (
     float_value,
     http_error_for,
     int_value,
+    json_object_value,
     parse_directives,
     strip_directives,
 )
@@ -233,7 +234,7 @@ def _decide(
             return [_ToolCall(CALCULATOR, {"expression": "1+1"})], []
         return [], tool_result_answer(results, question).split()
     if directives.get("tool"):
-        return [_ToolCall(directives["tool"], {})], []
+        return [_ToolCall(directives["tool"], json_object_value(directives, "tool_input"))], []
     tools_count = int_value(directives, "tools", None)
     if tools_count is not None and tools_count >= 1:
         return [_ToolCall(CALCULATOR, {"expression": f"{k}+{k}"}) for k in range(1, tools_count + 1)], []

@@ -45,6 +45,21 @@ from service.providers.bedrock_stream import BedrockStreamParser, stream_error_f
 SERVICE = "bedrock-runtime"
 
 
+def _tool_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """A tool spec (``name``, ``description``, ``input_schema``) as a ConverseStream ``toolSpec``.
+
+    A client's tools may come without a description (OpenAI's is optional) or a schema; Bedrock
+    refuses an empty description, so none is sent then, and a missing schema takes no input.
+    """
+    out: dict[str, Any] = {
+        "name": spec["name"],
+        "inputSchema": {"json": spec.get("input_schema") or {"type": "object", "properties": {}}},
+    }
+    if spec.get("description"):
+        out["description"] = spec["description"]
+    return out
+
+
 def _keepalive_socket(addr_info: Any) -> socket.socket:
     """A TCP socket with keep-alive on: a model thinking for a minute sends nothing meanwhile."""
     family, type_, proto, _, _ = addr_info
@@ -130,18 +145,7 @@ class BedrockProvider:
         if request.system:
             kwargs["system"] = [{"text": request.system}]
         if request.tool_specs:
-            kwargs["toolConfig"] = {
-                "tools": [
-                    {
-                        "toolSpec": {
-                            "name": spec["name"],
-                            "description": spec["description"],
-                            "inputSchema": {"json": spec["input_schema"]},
-                        }
-                    }
-                    for spec in request.tool_specs
-                ]
-            }
+            kwargs["toolConfig"] = {"tools": [{"toolSpec": _tool_spec(spec)} for spec in request.tool_specs]}
         return kwargs
 
     async def start(self) -> None:

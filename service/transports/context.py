@@ -18,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from service.config import Settings
+from service.core.options import RunOptions
 from service.core.runs import RunManager
 from service.core.sessions import Session, SessionStore
 from service.errors import SessionNotFound
@@ -70,11 +71,22 @@ class Context:
             if owner is not None:
                 self.quotas.release_stream(owner)
 
-    async def start_ephemeral(self, message: str, max_turns: int | None, owner: str = "") -> Session:
-        """A short-lived session (``POST /agent/stream``, a WebSocket ``run``) with its query started."""
+    async def start_ephemeral(
+        self,
+        message: str,
+        max_turns: int | None,
+        owner: str = "",
+        *,
+        messages: list[dict[str, Any]] | None = None,
+        options: RunOptions | None = None,
+    ) -> Session:
+        """A short-lived session (``POST /agent/stream``, a WebSocket ``run``, a chat completion)
+        with its query started; ``messages`` is the conversation it starts from, if any."""
         session = await self.sessions.create(ephemeral=True, owner=owner)
+        if messages:
+            session.messages = messages
         try:
-            await self.runs.start(session, message, max_turns)
+            await self.runs.start(session, message, max_turns, options)
         except BaseException:
             await self.sessions.delete(session.id)
             raise

@@ -20,6 +20,7 @@ from aiohttp import web
 from service.config import Settings
 from service.transports import openapi_protocols
 from service.transports.context import CONTEXT
+from service.transports.openapi_chat import chat_paths
 from service.transports.openapi_components import (
     JSON,
     RETRY_AFTER,
@@ -44,7 +45,9 @@ already running, 410 events purged, 413 body too large, 422 a JSON body of the w
 `details` naming each field), 429 over a key's quota (when quotas are set; with `Retry-After`),
 503 a dependency down or the service at a limit (with `Retry-After`). A failure after a stream
 has started is an `error` event, never a broken connection. Limits shown in this document
-(lengths, sizes) are this instance's settings.
+(lengths, sizes) are this instance's settings. The `/v1` routes (OpenAI Chat Completions) answer
+every error in OpenAI's shape instead, `{"error": {"message", "type", "code", "param"}}`, a wrong
+shape as a 400.
 
 **Access.** With `AGENT_API_KEYS` set, every route but `/healthz`, `/openapi.json` and the page
 needs a key: `Authorization: Bearer <key>`, or a token from `POST /auth/token` (as a Bearer value,
@@ -405,6 +408,7 @@ def build_spec(settings: Settings) -> dict[str, Any]:
     paths.update(openapi_protocols.paths(settings, common))
     parts = components(settings)
     parts["schemas"].update(openapi_protocols.schemas())
+    paths.update(chat_paths(settings))
     return {
         "openapi": "3.1.0",
         "info": {"title": "agentstream", "version": "0.1.0", "description": DESCRIPTION},

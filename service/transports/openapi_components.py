@@ -17,7 +17,7 @@ from pydantic import TypeAdapter
 from pydantic.json_schema import JsonSchemaMode
 
 from service.config import Settings
-from service.transports import payloads, replies
+from service.transports import openai_types, payloads, replies
 from service.transports.inputs import AgentRequest, MessageRequest
 
 JSON = "application/json"
@@ -45,6 +45,12 @@ NAMED: tuple[Any, ...] = (
     payloads.SessionStreamEvent,
     payloads.StepsEvent,
     payloads.SelftestEvent,
+    openai_types.ChatCompletionRequest,
+    openai_types.ChatCompletion,
+    openai_types.ChatStreamData,
+    openai_types.ChatModelList,
+    openai_types.ChatModel,
+    openai_types.ChatError,
 )
 
 

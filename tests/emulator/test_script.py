@@ -277,6 +277,21 @@ def test_tool_directive_calls_the_named_tool_with_empty_input() -> None:
     assert plan.stop_reason == "tool_use"
 
 
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ('{"city": "Paris", "days": 2}', {"city": "Paris", "days": 2}),
+        ("{not json", {}),
+        ('["a list"', {}),
+        ("3", {}),
+    ],
+)
+def test_tool_input_directive_gives_the_call_its_input(value: str, expected: dict[str, Any]) -> None:
+    """tool_input=JSON is the named tool's input when it is a JSON object, else {}."""
+    plan = plan_response(_body(f"[emu:tool=get_weather] [emu:tool_input={value}] Weather?"))
+    assert _tool_calls(plan) == [("get_weather", expected)]
+
+
 def test_tools_directive_makes_parallel_calculator_calls() -> None:
     """tools=N makes N calculator calls in one message."""
     plan = plan_response(_body("[emu:tools=3] do some sums"))
