@@ -7,6 +7,7 @@ the errors that the failure directives (``http``, ``fail``) name.
 from __future__ import annotations
 
 import re
+from urllib.parse import unquote
 
 from service.emulator.steps import HttpError
 
@@ -59,6 +60,13 @@ def float_value(directives: dict[str, str], name: str) -> float | None:
     except (KeyError, ValueError):
         return None
     return value if value >= 0 else None
+
+
+def said_text(directives: dict[str, str]) -> str | None:
+    """The answer ``[emu:say=TEXT]`` dictates, percent-decoded (``%0A`` a newline, ``%5D`` a
+    ``]``, which a directive cannot hold as is); None without one."""
+    raw = directives.get("say")
+    return None if raw is None else unquote(raw)
 
 
 def exception_name(name: str) -> str:
