@@ -39,8 +39,8 @@ from service.emulator.directives import (
     float_value,
     http_error_for,
     int_value,
-    said_text,
     parse_directives,
+    said_text,
     strip_directives,
 )
 from service.emulator.request import content_blocks, count_input_tokens, tool_names, tool_results, user_prompt

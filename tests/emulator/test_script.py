@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-from urllib.parse import quote
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -162,7 +162,17 @@ def test_say_directive_dictates_the_answer_word_by_word() -> None:
     encoded = quote(said, safe="")
     plan = plan_response(_body(f"What is 2+2? [emu:say={encoded}]"))
     assert _text(plan) == said and not _tool_calls(plan)
-    assert _text_deltas(plan) == ["  ", "# ", "Title\n\n", "- ", "one ", "[link](https://x.test)\n\n", "```\n", "code\n", "```"]
+    assert _text_deltas(plan) == [
+        "  ",
+        "# ",
+        "Title\n\n",
+        "- ",
+        "one ",
+        "[link](https://x.test)\n\n",
+        "```\n",
+        "code\n",
+        "```",
+    ]
     assert _usage(plan).output_tokens == 9
 
 
