@@ -32,6 +32,7 @@ from service.transports import sessions as session_routes
 from service.transports.context import CONTEXT, Context, Health
 from service.transports.middleware import error_middleware
 from service.transports.quotas import QUOTAS, Quotas, quota_middleware
+from service.transports.shared_quotas import SharedQuotas
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +211,12 @@ def create_app(
     else:
         sessions = memory_store()
     metrics = Metrics()
-    quotas = Quotas.from_settings(settings)
+    quotas: Quotas = Quotas.from_settings(settings)
+    if backend is not None and settings.api_keys:
+        # Each key's quotas hold across every instance on this Redis (see shared_quotas.py).
+        from service.store.quotas import RedisQuotaCounters
+
+        quotas = SharedQuotas.shared_from_settings(settings, RedisQuotaCounters(backend))
     services = Services(
         settings=settings,
         sessions=sessions,
@@ -283,6 +289,8 @@ def create_app(
             services.health["mcp"] = _mcp_probe(mcp_tools)
         if backend is not None:
             await backend.start(services.runs)
+        if isinstance(quotas, SharedQuotas):
+            quotas.start()
         reaper = asyncio.create_task(
             _expire_sessions(sessions, settings.session_ttl_s), name="session-reaper"
         )
@@ -296,6 +304,8 @@ def create_app(
             await executor.aclose()  # stops the calculator's worker processes
             reaper.cancel()
             await asyncio.gather(reaper, return_exceptions=True)
+            if isinstance(quotas, SharedQuotas):
+                await quotas.stop()
             if backend is not None:
                 await backend.stop()
             await services.monitor.stop()

@@ -16,7 +16,7 @@ import contextlib
 import contextvars
 import logging
 import secrets
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -73,18 +73,22 @@ class RunObserver(Protocol):
 
 
 class RunGate(Protocol):
-    """Per-owner limits on runs (quotas); every call is cheap and synchronous.
+    """Per-owner limits on runs (quotas); every call is cheap and returns at once.
 
     ``admit`` refuses a run before anything of it exists by raising (the transports' quotas
-    raise :class:`~service.errors.QuotaExceeded`); each admitted run is ``release``d exactly
-    once, however it ends; ``used`` hears the model tokens of each turn as it is logged.
+    raise :class:`~service.errors.QuotaExceeded`); a gate that must ask elsewhere (quotas shared
+    through Redis) returns an awaitable instead, which raises the same way. Each admitted run is
+    ``release``d exactly once, however it ends; a gate may return an awaitable from it that
+    completes once the run's slot is free everywhere (the manager waits for it before the run's
+    terminal event is logged, so a client that has read ``done`` may start its next query), and
+    that never raises. ``used`` hears the model tokens of each turn as it is logged.
     """
 
-    def admit(self, owner: str) -> None: ...
+    def admit(self, owner: str) -> Awaitable[None] | None: ...
 
     def used(self, owner: str, usage: Usage) -> None: ...
 
-    def release(self, owner: str) -> None: ...
+    def release(self, owner: str) -> Awaitable[None] | None: ...
 
 
 class _NoGate:
@@ -226,8 +230,16 @@ class RunManager:
             max_turns=max_turns or self._default_max_turns,
             options=options,
         )
-        self._gate.admit(session.owner)  # may refuse (a quota); from here on it is released
-        self._runs[session.id] = run
+        admitted = self._gate.admit(session.owner)  # may refuse (a quota)
+        if admitted is not None:
+            await admitted
+            if session.id in self._runs:  # another start won while the gate was asked
+                self._gate.release(session.owner)
+                raise RunInProgress(session.id)
+            if len(self._runs) >= self._max_concurrent:
+                self._gate.release(session.owner)
+                raise Overloaded(f"{self._max_concurrent} queries are already running")
+        self._runs[session.id] = run  # from here on the gate's slot is released by _forget
         self._idle.clear()
         try:
             session.run_message = message
@@ -260,12 +272,16 @@ class RunManager:
         run.task = asyncio.create_task(self._drive(run), name=f"run-{session.id}", context=context)
         return run
 
-    def _forget(self, run: Run) -> None:
+    def _forget(self, run: Run) -> Awaitable[None] | None:
+        """Drop the run from this instance and give its gate slot back; what the gate returned
+        (see :class:`RunGate`), to await when the release must be complete."""
+        released = None
         if self._runs.get(run.session.id) is run:
             del self._runs[run.session.id]
-            self._gate.release(run.session.owner)
+            released = self._gate.release(run.session.owner)
         if not self._runs:
             self._idle.set()
+        return released
 
     async def snapshot(self, session: Session) -> dict[str, Any]:
         """What a client needs to rebuild its view without the events: the conversation so far,
@@ -435,7 +451,7 @@ class RunManager:
         # Free the session before the terminal event is seen, so a client that reads `done`
         # may start its next query at once without a 409.
         session = run.session
-        self._forget(run)
+        released = self._forget(run)
         session.status = IDLE
         session.run_id, session.run_message, session.run_start_id = "", "", 0
         session.touch()
@@ -445,6 +461,8 @@ class RunManager:
             getattr(terminal, "code", None) or getattr(terminal, "stop_reason", None) or terminal.type,
             run.progress.turns,
         )
+        if released is not None:
+            await released  # the owner's slot is free everywhere before anyone reads the end
         with _suppress_store_errors(run):
             await self._store_finish(run, [StatusChange(status=IDLE), terminal])
 

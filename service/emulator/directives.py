@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from typing import Any
+from urllib.parse import unquote
 
 from service.emulator.steps import HttpError
 
@@ -71,6 +72,13 @@ def json_object_value(directives: dict[str, str], name: str) -> dict[str, Any]:
     except (KeyError, ValueError, RecursionError):
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def said_text(directives: dict[str, str]) -> str | None:
+    """The answer ``[emu:say=TEXT]`` dictates, percent-decoded (``%0A`` a newline, ``%5D`` a
+    ``]``, which a directive cannot hold as is); None without one."""
+    raw = directives.get("say")
+    return None if raw is None else unquote(raw)
 
 
 def exception_name(name: str) -> str:

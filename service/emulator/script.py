@@ -26,6 +26,7 @@ from service.emulator.answers import (
     answer_words,
     plan_text,
     reasoning_deltas,
+    said_deltas,
     tool_result_answer,
     wants_plan,
     word_deltas,
@@ -40,6 +41,7 @@ from service.emulator.directives import (
     int_value,
     json_object_value,
     parse_directives,
+    said_text,
     strip_directives,
 )
 from service.emulator.request import content_blocks, count_input_tokens, tool_names, tool_results, user_prompt
@@ -168,14 +170,13 @@ def plan_response(body: Any, *, default_tokens: int = DEFAULT_ANSWER_TOKENS, att
     if "reasoning" in directives:
         builder.reasoning()
 
-    calls, text = _decide(body, messages, directives, question, default_tokens)
+    calls, deltas = _decide(body, messages, directives, question, default_tokens)
     stop_reason = "end_turn"
     if calls:
         for call in calls:
             builder.tool_use(call)
         stop_reason = "tool_use"
     else:
-        deltas = word_deltas(text)
         limit: int | None = None
         if "max_tokens" in directives:
             limit = MAX_TOKENS_DIRECTIVE_DELTAS
@@ -223,16 +224,16 @@ def _decide(
     question: str,
     default_tokens: int,
 ) -> tuple[list[_ToolCall], list[str]]:
-    """The decision table: tool calls to make, or else the words of a text answer."""
+    """The decision table: tool calls to make, or else the text deltas of an answer."""
     if wants_plan(body):
-        return [], plan_text(question).split()
+        return [], word_deltas(plan_text(question).split())
     last = messages[-1]
     from_user = isinstance(last, dict) and last.get("role") == "user"
     results = tool_results(content_blocks(last)) if from_user else []
     if results:
         if "loop" in directives:
             return [_ToolCall(CALCULATOR, {"expression": "1+1"})], []
-        return [], tool_result_answer(results, question).split()
+        return [], word_deltas(tool_result_answer(results, question).split())
     if directives.get("tool"):
         return [_ToolCall(directives["tool"], json_object_value(directives, "tool_input"))], []
     tools_count = int_value(directives, "tools", None)
@@ -240,8 +241,11 @@ def _decide(
         return [_ToolCall(CALCULATOR, {"expression": f"{k}+{k}"}) for k in range(1, tools_count + 1)], []
     if "loop" in directives:
         return [_ToolCall(CALCULATOR, {"expression": "1+1"})], []
+    said = said_text(directives)
+    if said is not None:  # a dictated answer, even to an arithmetic question
+        return [], said_deltas(said)
     expression = extract_expression(question)
     if expression is not None and CALCULATOR in tool_names(body):
         return [_ToolCall(CALCULATOR, {"expression": expression})], []
     count = int_value(directives, "tokens", default_tokens)
-    return [], answer_words(question, max(0, count if count is not None else default_tokens))
+    return [], word_deltas(answer_words(question, max(0, count if count is not None else default_tokens)))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,15 +53,15 @@ class Context:
     # ``/healthz`` sections by name (``store``, ``mcp``); the app registers them.
     health: dict[str, HealthProbe] = field(default_factory=dict)
 
-    @contextlib.contextmanager
-    def stream_slot(self, transport: str, owner: str | None = None) -> Iterator[None]:
+    @contextlib.asynccontextmanager
+    async def stream_slot(self, transport: str, owner: str | None = None) -> AsyncIterator[None]:
         """Count a streaming connection for as long as the block runs; with ``owner``, it also
         holds one of that owner's stream slots (``AGENT_QUOTA_STREAMS``) and one of the instance's
         (``AGENT_MAX_STREAMS``): entering raises :class:`~service.errors.QuotaExceeded` (a 429) or
         :class:`~service.errors.StreamLimitReached` (a 503) when none is free, so enter before the
         response starts."""
         if owner is not None:
-            self.quotas.acquire_stream(owner)
+            await self.quotas.open_stream(owner)
         gauge = self.metrics.connections.labels(transport)
         gauge.inc()
         try:
@@ -69,7 +69,7 @@ class Context:
         finally:
             gauge.dec()
             if owner is not None:
-                self.quotas.release_stream(owner)
+                await self.quotas.close_stream(owner)
 
     async def start_ephemeral(
         self,

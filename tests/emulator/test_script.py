@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -153,6 +154,26 @@ def test_tokens_directive_sets_the_exact_delta_count(count: int) -> None:
     plan = plan_response(_body(f"[emu:tokens={count}] Hello"))
     assert len(_text_deltas(plan)) == count
     assert _usage(plan).output_tokens == count
+
+
+def test_say_directive_dictates_the_answer_word_by_word() -> None:
+    """say=TEXT (percent-encoded) is answered exactly, newlines and brackets kept, one word a delta."""
+    said = "  # Title\n\n- one [link](https://x.test)\n\n```\ncode\n```"
+    encoded = quote(said, safe="")
+    plan = plan_response(_body(f"What is 2+2? [emu:say={encoded}]"))
+    assert _text(plan) == said and not _tool_calls(plan)
+    assert _text_deltas(plan) == [
+        "  ",
+        "# ",
+        "Title\n\n",
+        "- ",
+        "one ",
+        "[link](https://x.test)\n\n",
+        "```\n",
+        "code\n",
+        "```",
+    ]
+    assert _usage(plan).output_tokens == 9
 
 
 def test_tokens_zero_gives_an_empty_message() -> None:
