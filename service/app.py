@@ -204,6 +204,7 @@ def create_app(
         backoff_s=settings.throttle_backoff_s,
         backoff_max_s=settings.throttle_backoff_max_s,
         planning=settings.steps_planning,
+        context_max_tokens=settings.context_limit(),
     )
 
     def memory_store() -> MemorySessionStore:
@@ -273,6 +274,7 @@ def create_app(
                     EmulatorConfig(
                         ttft_ms=settings.emulator_ttft_ms,
                         tokens_per_second=settings.emulator_tokens_per_second,
+                        context_tokens=settings.emulator_context_tokens,
                     )
                 ).start()
                 services.emulator = emulator

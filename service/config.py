@@ -77,6 +77,9 @@ class Settings(BaseSettings):
     shutdown_timeout_s: float = Field(10.0, ge=0)
     emulator_ttft_ms: float = Field(150.0, ge=0)
     emulator_tokens_per_second: float = Field(40.0, ge=0)
+    # The embedded model's context window (input tokens); longer requests get Bedrock's
+    # ValidationException. 0: unlimited.
+    emulator_context_tokens: int = Field(0, ge=0)
     sse_ping_interval_s: float = Field(15.0, gt=0)
     sse_send_timeout_s: float = Field(30.0, gt=0)
     sse_retry_ms: int = Field(1000, ge=0, le=60_000)

@@ -17,8 +17,10 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
+from service.agent.context import ContextWindow
 from service.agent.tools import ToolExecutor, ToolOutcome
 from service.core.events import (
+    ContextTrimmed,
     Event,
     PlanCreated,
     RunDone,
@@ -63,6 +65,7 @@ class AgentLoop:
         backoff_s: float = 0.5,
         backoff_max_s: float = 8.0,
         planning: bool = False,
+        context_max_tokens: int = 0,
     ) -> None:
         self.provider = provider
         self.tools = tools
@@ -72,6 +75,7 @@ class AgentLoop:
         self.backoff_s = backoff_s
         self.backoff_max_s = backoff_max_s
         self.planning = planning
+        self.context = ContextWindow(context_max_tokens)
 
     async def run(
         self, messages: list[dict[str, Any]], user_text: str, max_turns: int
@@ -98,6 +102,7 @@ class AgentLoop:
             yield PlanCreated(plan=plan.result.text, usage=plan.result.usage)
         offset = 1 if self.planning else 0  # the plan is step 1 when there is one
         turn = 0
+        dropped = 0
         while True:
             if turn >= max_turns:
                 yield RunDone(
@@ -110,10 +115,21 @@ class AgentLoop:
                 )
                 return
             turn += 1
+            tool_specs = tuple(self.tools.specs())
+            window = self.context.fit(messages, self.system_prompt, tool_specs)
+            if window.dropped != dropped:
+                dropped = window.dropped
+                yield ContextTrimmed(
+                    turn=turn,
+                    dropped_messages=window.dropped,
+                    kept_messages=len(messages) - window.dropped,
+                    estimated_tokens=window.estimated_tokens,
+                    max_tokens=self.context.max_tokens,
+                )
             request = ModelRequest(
-                messages=messages,
+                messages=messages[window.dropped :] if window.dropped else messages,
                 system=self.system_prompt,
-                tool_specs=tuple(self.tools.specs()),
+                tool_specs=tool_specs,
                 max_tokens=self.max_tokens,
             )
             current = _Turn()
@@ -139,6 +155,7 @@ class AgentLoop:
                 return
             result = current.result
             assert result is not None
+            self.context.learn(window, result.usage.input_tokens)
             total = total + result.usage
             yield TurnCompleted(
                 turn=turn,
