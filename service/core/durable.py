@@ -59,6 +59,7 @@ class DurableSessionStore(SessionStore):
         self.retention_s = retention_days * DAY_S
         self.clock = clock
         self._runs: dict[str, str] = {}  # session id -> the run this instance runs on it
+        self._finishing: dict[str, asyncio.Future[None]] = {}  # runs whose end is being recorded
         self._loading: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     # -- the SessionStore interface ----------------------------------------------------------
@@ -129,6 +130,10 @@ class DurableSessionStore(SessionStore):
         return await self.live.restore(record)
 
     async def claim_run(self, session: Session, run_id: str) -> str | None:
+        finishing = self._finishing.get(session.id)
+        if finishing is not None:
+            # The last query's end is being recorded: its terminal event comes first in the log.
+            await asyncio.shield(finishing)
         fence = await self.live.claim_run(session, run_id)
         if not session.ephemeral:
             self._runs[session.id] = run_id
@@ -140,19 +145,31 @@ class DurableSessionStore(SessionStore):
         return fence
 
     async def finish_run(self, session: Session, fence: str | None, events: list[Event]) -> None:
-        await self.live.finish_run(session, fence, events)
         run_id = self._runs.pop(session.id, None)
         if run_id is None or session.ephemeral:
+            await self.live.finish_run(session, fence, events)
             return
-        await self.records.run_finished(
-            session.id,
-            run_id,
-            messages=session.messages,
-            usage=session.usage,
-            last_event_id=await session.log.last_id(),
-            end=run_end(events),
-            now=self.clock(),
-        )
+        # Recorded before the terminal event is logged: a client that has seen ``done`` finds the
+        # turn kept whatever happens next. Only this run appends to the log until it ends, so its
+        # last id is known now.
+        finishing = asyncio.get_running_loop().create_future()
+        self._finishing[session.id] = finishing
+        try:
+            await self.records.run_finished(
+                session.id,
+                run_id,
+                messages=session.messages,
+                usage=session.usage,
+                last_event_id=await session.log.last_id() + len(events),
+                end=run_end(events),
+                now=self.clock(),
+            )
+        finally:
+            try:
+                await self.live.finish_run(session, fence, events)
+            finally:
+                del self._finishing[session.id]
+                finishing.set_result(None)
 
     async def cancel_elsewhere(self, session_id: str) -> bool:
         return await self.live.cancel_elsewhere(session_id)
