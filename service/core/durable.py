@@ -113,9 +113,13 @@ class DurableSessionStore(SessionStore):
     async def delete(self, session_id: str) -> None:
         held = True
         try:
-            await self.live.delete(session_id)
+            session = await self.live.get(session_id)
         except SessionNotFound:
             held = False
+        else:
+            await self.live.delete(session_id)
+            if session.ephemeral:
+                return  # never recorded: no round trip to the database
         if not await self.records.delete(session_id) and not held:
             raise SessionNotFound(session_id)
 
