@@ -144,7 +144,9 @@ class DurableSessionStore(SessionStore):
             try:
                 await self.records.run_started(session.id, run_id, session.run_message, self.clock())
             except BaseException:
+                # Not recorded, so not run: the live claim is given up again at once.
                 self._runs.pop(session.id, None)
+                await self.live.finish_run(session, fence, [])
                 raise
         return fence
 
