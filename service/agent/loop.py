@@ -23,8 +23,10 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
+from service.agent.context import ContextWindow
 from service.agent.tools import ToolExecutor, ToolOutcome
 from service.core.events import (
+    ContextTrimmed,
     Event,
     PlanCreated,
     RunDone,
@@ -70,6 +72,7 @@ class AgentLoop:
         backoff_s: float = 0.5,
         backoff_max_s: float = 8.0,
         planning: bool = False,
+        context_max_tokens: int = 0,
     ) -> None:
         self.provider = provider
         self.tools = tools
@@ -79,6 +82,7 @@ class AgentLoop:
         self.backoff_s = backoff_s
         self.backoff_max_s = backoff_max_s
         self.planning = planning
+        self.context = ContextWindow(context_max_tokens)
 
     async def run(
         self,
@@ -115,6 +119,7 @@ class AgentLoop:
             yield PlanCreated(plan=plan.result.text, usage=plan.result.usage)
         offset = 1 if self.planning else 0  # the plan is step 1 when there is one
         turn = 0
+        dropped = 0
         while True:
             if turn >= max_turns:
                 yield RunDone(
@@ -128,10 +133,21 @@ class AgentLoop:
                 return
             turn += 1
             own = (spec for spec in self.tools.specs() if spec["name"] not in client_names)
+            tool_specs = (*own, *options.client_tools)
+            window = self.context.fit(messages, system, tool_specs)
+            if window.dropped != dropped:
+                dropped = window.dropped
+                yield ContextTrimmed(
+                    turn=turn,
+                    dropped_messages=window.dropped,
+                    kept_messages=len(messages) - window.dropped,
+                    estimated_tokens=window.estimated_tokens,
+                    max_tokens=self.context.max_tokens,
+                )
             request = ModelRequest(
-                messages=messages,
+                messages=messages[window.dropped :] if window.dropped else messages,
                 system=system,
-                tool_specs=(*own, *options.client_tools),
+                tool_specs=tool_specs,
                 max_tokens=max_tokens,
             )
             current = _Turn()
@@ -157,6 +173,7 @@ class AgentLoop:
                 return
             result = current.result
             assert result is not None
+            self.context.learn(window, result.usage.input_tokens)
             total = total + result.usage
             yield TurnCompleted(
                 turn=turn,

@@ -181,6 +181,18 @@ class RunError(_Event):
     usage: Usage = Field(default_factory=Usage)
 
 
+class ContextTrimmed(_Event):
+    """The conversation outgrew the model's window: its oldest whole turns were left out of what
+    was sent (the session keeps every message). Logged when the number left out changes."""
+
+    type: Literal["context_trimmed"] = "context_trimmed"
+    turn: int
+    dropped_messages: int
+    kept_messages: int
+    estimated_tokens: int
+    max_tokens: int
+
+
 class StatusChange(_Event):
     """The session's status changed (idle, running, cancelled, ...)."""
 
@@ -202,6 +214,7 @@ Event = Annotated[
     | StepCompleted
     | RunDone
     | RunError
+    | ContextTrimmed
     | StatusChange,
     Field(discriminator="type"),
 ]

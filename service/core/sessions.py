@@ -20,6 +20,7 @@ from typing import Any
 
 from service.core.events import Event, Usage
 from service.core.log import EventLog, MemoryEventLog
+from service.core.records import SessionRecord
 from service.errors import QuotaExceeded, SessionExists, SessionLimitReached, SessionNotFound
 
 IDLE = "idle"
@@ -121,6 +122,11 @@ class SessionStore(abc.ABC):
     async def expire_idle(self, now: float | None = None) -> list[str]:
         """Drop sessions idle past the time-to-live; returns their ids."""
 
+    async def restore(self, record: SessionRecord) -> tuple[Session, bool]:
+        """Hold again a session loaded from the durable record, its log continuing after the
+        stored last id; returns it and whether this call put it back (False: it was held)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot restore sessions")
+
     # -- run coordination: the defaults suit a store that one process owns ------------------
 
     async def claim_run(self, session: Session, run_id: str) -> str | None:
@@ -196,6 +202,24 @@ class MemorySessionStore(SessionStore):
         if not ephemeral:
             self._owned[owner] += 1
         return session
+
+    async def restore(self, record: SessionRecord) -> tuple[Session, bool]:
+        held = self._sessions.get(record.id)
+        if held is not None:
+            return held, False
+        log = self._log_factory()
+        log.resume_after(record.last_event_id)
+        session = Session(
+            id=record.id,
+            log=log,
+            messages=list(record.messages),
+            owner=record.owner,
+            usage=record.usage,
+            created_at=record.created_at,
+        )
+        self._sessions[session.id] = session
+        self._owned[session.owner] += 1
+        return session, True
 
     async def get(self, session_id: str) -> Session:
         try:

@@ -141,10 +141,17 @@ def _invalid(message: str) -> Plan:
     return Plan(http_error=HttpError(400, "ValidationException", message))
 
 
-def plan_response(body: Any, *, default_tokens: int = DEFAULT_ANSWER_TOKENS, attempt: int = 1) -> Plan:
+# Bedrock's words when a request is longer than the model's context window.
+INPUT_TOO_LONG = "Input is too long for requested model."
+
+
+def plan_response(
+    body: Any, *, default_tokens: int = DEFAULT_ANSWER_TOKENS, attempt: int = 1, context_tokens: int = 0
+) -> Plan:
     """Decide the whole response to one ConverseStream request body.
 
-    ``attempt`` counts identical requests (a client retrying): with ``[emu:fail_times=N]`` the
+    With ``context_tokens``, a request of more input tokens than that is refused as Bedrock
+    refuses one past the model's window (a ValidationException). ``attempt`` counts identical requests (a client retrying): with ``[emu:fail_times=N]`` the
     directive's failure (``http``, ``fail``, ``throttle``, ``stall``) applies to the first N
     attempts only, and later ones are answered normally.
     """
@@ -154,6 +161,8 @@ def plan_response(body: Any, *, default_tokens: int = DEFAULT_ANSWER_TOKENS, att
     if not isinstance(messages, list) or not messages:
         return _invalid("The request must hold a non-empty 'messages' list.")
 
+    if context_tokens and count_input_tokens(body) > context_tokens:
+        return _invalid(INPUT_TOO_LONG)
     prompt = user_prompt(messages)
     directives = parse_directives(prompt)
     question = strip_directives(prompt)

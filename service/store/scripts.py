@@ -109,6 +109,19 @@ redis.call('ZADD', KEYS[2], tonumber(ARGV[5]) + tonumber(ARGV[4]), ARGV[1])
 return 1
 """
 
+# KEYS meta, log, zset   ARGV sid, owner, created, ttl_ms, now_ms, messages, usage, last_id
+# Holds again a session loaded from the database, its log continuing after the stored last id;
+# 0 when it is held already (another instance restored it first).
+RESTORE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('DEL', KEYS[2])
+redis.call('HSET', KEYS[1], 'owner', ARGV[2], 'created', ARGV[3], 'status', 'idle', 'messages', ARGV[6],
+  'usage', ARGV[7], 'last_id', ARGV[8], 'bytes', 0, 'run_id', '', 'run_msg', '', 'run_start', 0)
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+redis.call('ZADD', KEYS[3], tonumber(ARGV[5]) + tonumber(ARGV[4]), ARGV[1])
+return 1
+"""
+
 # The interrupted-query check, shared by LOAD and REAP: a session that says "running" while
 # nobody holds its claim was left by an instance that died; end that query with an error.
 # ARGV from index `base`: max_bytes, ts, status_json, error_json

@@ -13,6 +13,7 @@ from typing import Any
 from redis.exceptions import RedisError, ResponseError
 
 from service.core.events import Event, Usage, is_terminal
+from service.core.records import SessionRecord
 from service.core.sessions import (
     IDLE,
     RUNNING,
@@ -113,6 +114,25 @@ class RedisSessionStore(SessionStore):
             run_message=fields.get("run_msg", ""),
             run_start_id=int(fields.get("run_start") or 0),
         )
+
+    async def restore(self, record: SessionRecord) -> tuple[Session, bool]:
+        backend = self.backend
+        now = time.time()
+        async with backend.call():
+            fresh = await backend.scripts["RESTORE"](
+                keys=[backend.meta_key(record.id), backend.log_key(record.id), backend.sessions_key],
+                args=[
+                    record.id,
+                    record.owner,
+                    f"{record.created_at:.6f}",
+                    backend.session_ttl_ms,
+                    int(now * 1000),
+                    json.dumps(record.messages, separators=(",", ":")),
+                    record.usage.model_dump_json(),
+                    record.last_event_id,
+                ],
+            )
+        return await self.get(record.id), bool(fresh)
 
     async def delete(self, session_id: str) -> None:
         with contextlib.suppress(SessionNotFound):

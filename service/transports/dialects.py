@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from service.core.events import (
+    ContextTrimmed,
     Event,
     PlanCreated,
     ReasoningDelta,
@@ -164,6 +165,15 @@ def session(event: Event) -> payloads.SessionPayload:
         }
     if isinstance(event, PlanCreated):
         return {"type": "plan", "plan": event.plan, "usage": usage_dict(event.usage)}
+    if isinstance(event, ContextTrimmed):
+        return {
+            "type": "context_trimmed",
+            "turn": event.turn,
+            "dropped_messages": event.dropped_messages,
+            "kept_messages": event.kept_messages,
+            "estimated_tokens": event.estimated_tokens,
+            "max_tokens": event.max_tokens,
+        }
     if isinstance(event, StepCompleted):
         return {
             "type": "step",

@@ -128,6 +128,31 @@ def build_spec(settings: Settings) -> dict[str, Any]:
             }
         },
         "/sessions": {
+            "get": {
+                "operationId": "listSessions",
+                "summary": "The caller's sessions, last updated first (needs the session database)",
+                "parameters": [
+                    {
+                        "name": "limit",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "integer", "minimum": 1, "description": "at most 100; default 20"},
+                    },
+                    {
+                        "name": "before",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "string", "description": "`next_before` of the page before"},
+                    },
+                ],
+                "responses": {
+                    "200": json_reply("A page of sessions.", "SessionList"),
+                    "400": error("`limit` is not a positive integer, or `before` is not a cursor of ours."),
+                    "501": error("`AGENT_DATABASE_URL` is empty: no session database to list from."),
+                    **common,
+                    **refs("Unavailable"),
+                },
+            },
             "post": {
                 "operationId": "createSession",
                 "summary": "Create a session",
@@ -139,7 +164,7 @@ def build_spec(settings: Settings) -> dict[str, Any]:
                     **common,
                     **refs("Unavailable"),
                 },
-            }
+            },
         },
         "/sessions/{session_id}": {
             "parameters": [session],
@@ -148,6 +173,18 @@ def build_spec(settings: Settings) -> dict[str, Any]:
                 "summary": "A session's status and conversation",
                 "responses": {
                     "200": json_reply("The session.", "Session"),
+                    **common,
+                    **refs("NotFound", "Unavailable"),
+                },
+            },
+            "patch": {
+                "operationId": "renameSession",
+                "summary": "Rename a session (needs the session database)",
+                "requestBody": body(ref("TitleRequest")),
+                "responses": {
+                    "200": json_reply("Renamed.", "SessionRenamed"),
+                    **json_body,
+                    "501": error("`AGENT_DATABASE_URL` is empty: no session database."),
                     **common,
                     **refs("NotFound", "Unavailable"),
                 },

@@ -18,7 +18,7 @@ from pydantic.json_schema import JsonSchemaMode
 
 from service.config import Settings
 from service.transports import openai_types, payloads, replies
-from service.transports.inputs import AgentRequest, MessageRequest
+from service.transports.inputs import AgentRequest, MessageRequest, TitleRequest
 
 JSON = "application/json"
 SSE = "text/event-stream"
@@ -35,6 +35,9 @@ NAMED: tuple[Any, ...] = (
     replies.AgentRunFailure,
     replies.SessionCreated,
     replies.Session,
+    replies.SessionList,
+    replies.SessionRenamed,
+    TitleRequest,
     replies.MessageAccepted,
     replies.CancelAccepted,
     replies.Poll,
