@@ -146,7 +146,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         # The stream slot first: a key at its stream quota gets its 429 before any query starts.
-        with context.stream_slot("openai", owner):
+        async with context.stream_slot("openai", owner):
             session = await start()
             try:
                 return await _stream(request, context, session, projection, include_usage)

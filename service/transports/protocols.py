@@ -148,7 +148,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
         query = aisdk.query_of(body.messages)
     except ValueError as exc:
         raise json_error(422, f"invalid request: messages: {exc}") from None
-    with context.stream_slot("aisdk", owner_of(request)):
+    async with context.stream_slot("aisdk", owner_of(request)):
         session, after, _ = await _start(request, context, body.id, query)
         return await _stream(
             request,
@@ -169,7 +169,7 @@ async def chat_stream(request: web.Request) -> web.StreamResponse:
     after = await _resume_from(session, request, wire)
     if after is None:
         return web.Response(status=204)
-    with context.stream_slot("aisdk", owner_of(request)):
+    async with context.stream_slot("aisdk", owner_of(request)):
         return await _stream(request, context, session, after, wire, "aisdk", headers=aisdk.HEADERS)
 
 
@@ -186,7 +186,7 @@ async def ag_ui_run(request: web.Request) -> web.StreamResponse:
         raise json_error(422, f"invalid request: messages: {exc}") from None
     if not valid_client_id(body.thread_id):
         raise json_error(422, f"invalid request: threadId: {CLIENT_ID_RULE}")
-    with context.stream_slot("ag-ui", owner_of(request)):
+    async with context.stream_slot("ag-ui", owner_of(request)):
         session, after, history = await _start(request, context, body.thread_id, query)
         wire = ag_ui_wire(session.id, history, body.run_id)
         return await _stream(
@@ -201,7 +201,7 @@ async def ag_ui_events(request: web.Request) -> web.StreamResponse:
     after = await _resume_from(session, request, wire)
     if after is None:
         return web.Response(status=204)
-    with context.stream_slot("ag-ui", owner_of(request)):
+    async with context.stream_slot("ag-ui", owner_of(request)):
         return await _stream(request, context, session, after, wire, "ag-ui", sep="\n")
 
 
