@@ -9,8 +9,14 @@
 
 A session the live store does not hold (a restart, a kill -9, an idle one dropped) is loaded
 from the record on its next request and put back in the live store, its event log continuing
-after the stored last id, so ids keep rising and are never reused. A query that was running when
-its process died is ended there and then with ``error`` ``interrupted``. Short-lived sessions
+after the stored last id, so ids keep rising. A query that was running when its process died is
+ended there and then with ``error`` ``interrupted``.
+
+Its events were never stored, yet clients saw their ids. So that no id is handed out twice, a
+query reserves ``ID_RESERVATION`` ids in the write that records its start, and reserves more in
+one write whenever it comes near the end of its reservation (so a write per many events, never
+per token); a session whose query never ended continues after the reservation. A client holding
+an id of the lost query then finds it purged, and gets the snapshot built from the record. Short-lived sessions
 (``POST /agent/stream``) are never recorded.
 """
 
@@ -31,6 +37,10 @@ log = logging.getLogger(__name__)
 
 INTERRUPTED_MESSAGE = "the query was interrupted: the service stopped while it ran"
 DAY_S = 86_400.0
+# Event ids a query reserves at its start, and again each time it comes within ``reserve_margin``
+# of the end of its reservation.
+ID_RESERVATION = 1_000_000
+RESERVE_MARGIN = 4096
 
 
 def run_end(events: list[Event]) -> RunEnd:
@@ -53,11 +63,14 @@ class DurableSessionStore(SessionStore):
         *,
         retention_days: float = 30.0,
         clock: Callable[[], float] = time.time,
+        id_reservation: int = ID_RESERVATION,
     ) -> None:
         self.live = live
         self.records = records
         self.retention_s = retention_days * DAY_S
         self.clock = clock
+        self.id_reservation = id_reservation
+        self.reserve_margin = min(RESERVE_MARGIN, id_reservation // 2)
         self._runs: dict[str, str] = {}  # session id -> the run this instance runs on it
         self._finishing: dict[str, asyncio.Future[None]] = {}  # runs whose end is being recorded
         self._loading: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
@@ -96,7 +109,9 @@ class DurableSessionStore(SessionStore):
         if fresh and record.status == RUNNING:
             # Its process died mid-query: the query ends here, after the last stored id.
             await self._record_interrupted(session, record.run_id)
-        log.info("session %s loaded from the database (last event id %d)", record.id, record.last_event_id)
+        log.info(
+            "session %s loaded from the database (ids continue after %d)", record.id, record.resume_after
+        )
         return session
 
     async def _record_interrupted(self, session: Session, run_id: str) -> None:
@@ -144,7 +159,11 @@ class DurableSessionStore(SessionStore):
         if not session.ephemeral:
             self._runs[session.id] = run_id
             try:
-                await self.records.run_started(session.id, run_id, session.run_message, self.clock())
+                reserved = await session.log.last_id() + self.id_reservation
+                await self.records.run_started(
+                    session.id, run_id, session.run_message, self.clock(), ids_reserved_until=reserved
+                )
+                session.ids_renew_at = reserved - self.reserve_margin
             except BaseException:
                 # Not recorded, so not run: the live claim is given up again at once.
                 self._runs.pop(session.id, None)
@@ -152,7 +171,13 @@ class DurableSessionStore(SessionStore):
                 raise
         return fence
 
+    async def reserve_ids(self, session: Session, reached: int) -> None:
+        reserved = reached + self.id_reservation
+        await self.records.reserve_ids(session.id, reserved)
+        session.ids_renew_at = reserved - self.reserve_margin
+
     async def finish_run(self, session: Session, fence: str | None, events: list[Event]) -> None:
+        session.ids_renew_at = 0
         run_id = self._runs.pop(session.id, None)
         if run_id is None or session.ephemeral:
             await self.live.finish_run(session, fence, events)

@@ -8,9 +8,11 @@ starts and when it ends, never per token, so a crash loses at most the query in 
 Contract of every implementation (:mod:`service.db` with SQLAlchemy is the one the app uses):
 
 - ``created`` stores a new, idle session; ``run_started`` marks it running (the run's id, the
-  title from the first message when it has none); ``run_finished`` stores the messages not yet
-  stored (each with the run's id), the usage, the last event id and the status ``idle``, and
-  records how the run ended. All three are one transaction each.
+  title from the first message when it has none) and reserves the event ids up to
+  ``ids_reserved_until`` for the run; ``reserve_ids`` moves that reservation further (a run that
+  reached it); ``run_finished`` stores the messages not yet stored (each with the run's id), the
+  usage, the last event id (which also ends the reservation) and the status ``idle``, and
+  records how the run ended. Each is one transaction.
 - ``load`` returns the session with its whole conversation, or None.
 - ``list`` returns the owner's sessions, newest update first, after the ``before`` cursor.
 - ``rename``, ``delete`` answer False when there was no such session (of that owner).
@@ -46,8 +48,16 @@ class SessionRecord:
     status: str = "idle"
     usage: Usage = field(default_factory=Usage)
     last_event_id: int = 0
+    # Ids a run may have handed out that are not stored (its events are not): never given again.
+    ids_reserved_until: int = 0
     run_id: str = ""
     messages: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def resume_after(self) -> int:
+        """The id the live log continues after: the stored last id, or past the reservation of a
+        run that never finished (its events, lost, may have had any id up to it)."""
+        return max(self.last_event_id, self.ids_reserved_until)
 
     def summary(self) -> dict[str, Any]:
         """The session as ``GET /sessions`` lists it."""
@@ -94,7 +104,12 @@ class SessionRecords(abc.ABC):
     async def created(self, session_id: str, owner: str, now: float) -> None: ...
 
     @abc.abstractmethod
-    async def run_started(self, session_id: str, run_id: str, message: str, now: float) -> None: ...
+    async def run_started(
+        self, session_id: str, run_id: str, message: str, now: float, *, ids_reserved_until: int = 0
+    ) -> None: ...
+
+    @abc.abstractmethod
+    async def reserve_ids(self, session_id: str, ids_reserved_until: int) -> None: ...
 
     @abc.abstractmethod
     async def run_finished(

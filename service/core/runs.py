@@ -163,6 +163,7 @@ class Run:
     fence: str | None = None
     progress: _Progress = field(default_factory=_Progress)
     options: RunOptions | None = None
+    taken: int = 0  # events taken from the agent: the newest has id run_start_id + 1 + taken
 
     async def wait(self) -> None:
         """Return once the run has written its terminal event."""
@@ -399,6 +400,9 @@ class RunManager:
         try:
             events = self._agent.run(session.messages, run.message, run.max_turns, run.options)
             async for event in events:
+                run.taken += 1
+                if 0 < session.ids_renew_at <= session.run_start_id + 1 + run.taken and self._store:
+                    await self._store.reserve_ids(session, session.run_start_id + 1 + run.taken)
                 if is_terminal(event):
                     if committer is not None:
                         await committer.drain()

@@ -44,6 +44,9 @@ class Session:
     run_id: str = ""
     run_message: str = ""
     run_start_id: int = 0
+    # Once the query in flight has logged this id, it reserves more ids (0: it need not; see
+    # SessionStore.reserve_ids).
+    ids_renew_at: int = 0
 
     def touch(self) -> None:
         """Note activity, for the idle time-to-live."""
@@ -143,6 +146,11 @@ class SessionStore(abc.ABC):
         status change and the terminal event), and give up the claim."""
         await append_unless_closed(session.log, events)
 
+    async def reserve_ids(self, session: Session, reached: int) -> None:
+        """The query in flight has logged ids up to ``reached`` (past ``session.ids_renew_at``):
+        reserve more of them where a store keeps reservations (the durable one does)."""
+        session.ids_renew_at = 0
+
     async def cancel_elsewhere(self, session_id: str) -> bool:
         """Ask the instance running the session's query to cancel it; False when none runs."""
         return False
@@ -208,7 +216,7 @@ class MemorySessionStore(SessionStore):
         if held is not None:
             return held, False
         log = self._log_factory()
-        log.resume_after(record.last_event_id)
+        log.resume_after(record.resume_after)
         session = Session(
             id=record.id,
             log=log,

@@ -39,6 +39,7 @@ def _record(row: Any) -> SessionRecord:
             input_tokens=row.input_tokens, output_tokens=row.output_tokens, total_tokens=row.total_tokens
         ),
         last_event_id=row.last_event_id,
+        ids_reserved_until=row.ids_reserved_until,
         run_id=row.run_id,
     )
 
@@ -92,19 +93,34 @@ class SqlRecords(SessionRecords):
             # A client-chosen id already on record (the live tier had dropped it).
             raise SessionExists(session_id) from None
 
-    async def run_started(self, session_id: str, run_id: str, message: str, now: float) -> None:
+    async def run_started(
+        self, session_id: str, run_id: str, message: str, now: float, *, ids_reserved_until: int = 0
+    ) -> None:
         async with self._begin() as conn:
             title = (
                 await conn.execute(sa.select(sessions.c.title).where(sessions.c.id == session_id))
             ).scalar()
             if title is None:
                 return  # not a session of the record (deleted meanwhile)
-            values: dict[str, Any] = {"status": RUNNING, "run_id": run_id, "updated_at": now}
+            values: dict[str, Any] = {
+                "status": RUNNING,
+                "run_id": run_id,
+                "updated_at": now,
+                "ids_reserved_until": ids_reserved_until,
+            }
             if not title:
                 values["title"] = title_of(message)
             await conn.execute(sessions.update().where(sessions.c.id == session_id).values(**values))
             await conn.execute(
                 runs.insert().values(id=run_id, session_id=session_id, message=message, started_at=now)
+            )
+
+    async def reserve_ids(self, session_id: str, ids_reserved_until: int) -> None:
+        async with self._begin() as conn:
+            await conn.execute(
+                sessions.update()
+                .where(sessions.c.id == session_id, sessions.c.ids_reserved_until < ids_reserved_until)
+                .values(ids_reserved_until=ids_reserved_until)
             )
 
     async def run_finished(
@@ -139,6 +155,7 @@ class SqlRecords(SessionRecords):
                     output_tokens=usage.output_tokens,
                     total_tokens=usage.total_tokens,
                     last_event_id=max(kept, last_event_id),  # ids only ever rise
+                    ids_reserved_until=max(kept, last_event_id),  # every id used is stored now
                 )
             )
             fresh = messages[stored:]

@@ -25,6 +25,7 @@ sessions = sa.Table(
     sa.Column("output_tokens", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("total_tokens", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("last_event_id", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("ids_reserved_until", sa.BigInteger, nullable=False, server_default="0"),
     sa.Index("ix_sessions_owner_updated", "owner", "updated_at", "id"),
     sa.Index("ix_sessions_updated", "updated_at"),
 )

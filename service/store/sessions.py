@@ -129,7 +129,7 @@ class RedisSessionStore(SessionStore):
                     int(now * 1000),
                     json.dumps(record.messages, separators=(",", ":")),
                     record.usage.model_dump_json(),
-                    record.last_event_id,
+                    record.resume_after,
                 ],
             )
         return await self.get(record.id), bool(fresh)

@@ -12,6 +12,11 @@
 // page's query string may set both (in ms), e.g. `?backoff_ms=50&backoff_max_ms=200` (the
 // browser tests do, to see several retries within a second). `window.agentstream` shows the
 // next delay (`backoffMs`) and the retries scheduled so far (`retries`).
+//
+// With the session database, a side list (sidelist.js) shows the user's sessions; choosing one
+// switches the page to it as a reload with `?session=` would: the session is read with
+// GET /sessions/{id} and its events followed from id 0 (or, when they were purged, from the
+// snapshot the server builds from the database). Without one, the list stays hidden.
 "use strict";
 
 (function () {
@@ -43,6 +48,7 @@
     transport: byId("transport"),
     usage: byId("usage"),
     newChat: byId("new-chat"),
+    sideNewChat: byId("side-new-chat"),
     auth: byId("auth"),
     authMessage: byId("auth-message"),
     apiKey: byId("api-key"),
@@ -131,7 +137,17 @@
     get textEvents() { return state.textEvents; },
     get markdownRenders() { return markdown.renders; },
     backoff: { startMs: BACKOFF_START_MS, maxMs: BACKOFF_MAX_MS },
+    // The side list: null until GET /sessions answered, false without the session database.
+    get sessionList() { return sideList.available; },
+    open: (id) => openSession(id),
   };
+
+  const sideList = window.agentstreamSideList({
+    api: (method, path, body) => api(method, path, body),
+    current: () => state.sessionId,
+    open: (id) => openSession(id),
+    deleted: () => newChat(),
+  });
 
   // ---------------------------------------------------------------------------- chrome
 
@@ -168,6 +184,7 @@
   function setSession(id, putInUrl) {
     state.sessionId = id;
     ui.sessionLabel.textContent = id || "–";
+    sideList.draw();
     if (putInUrl && id) {
       const params = new URLSearchParams(location.search);
       params.set("session", id);
@@ -504,6 +521,7 @@
         finishAnswer(answer, flags.length ? flags.join(", ") : "done");
         finishRunUsage(ev.usage);
         state.running = false;
+        sideList.refresh(); // its update time (coalesced while a replay goes by)
         break;
       }
       case "error": {
@@ -520,6 +538,7 @@
         finishAnswer(answer, "failed");
         finishRunUsage(ev.usage);
         state.running = false;
+        sideList.refresh();
         break;
       }
       case "heartbeat": {
@@ -539,6 +558,7 @@
 
   // Rebuild the view from a purge snapshot: {status, messages, current_query, usage}.
   function renderSnapshot(snapshot, lastId) {
+    const hadView = state.lastEventId > 0; // a page that only just opened the session lost nothing
     resetView();
     const messages = Array.isArray(snapshot && snapshot.messages) ? snapshot.messages : [];
     const current = snapshot ? snapshot.current_query : null;
@@ -599,7 +619,7 @@
     state.lastEventId = Number(lastId) || 0;
     state.serverLastId = Math.max(state.serverLastId, state.lastEventId);
     if (snapshot && snapshot.status === "running") state.running = true;
-    notice("Older events were purged; the conversation was rebuilt from a snapshot.");
+    if (hadView) notice("Older events were purged; the conversation was rebuilt from a snapshot.");
     updateUsage();
     updateControls();
     keepInView();
@@ -680,10 +700,31 @@
     resetView();
     setPhase("connecting");
     const wanted = new URLSearchParams(location.search).get("session");
-    if (!wanted) {
-      await startNewSession();
-      return;
-    }
+    if (!wanted) await startNewSession();
+    else await loadSession(wanted);
+    sideList.refresh();
+  }
+
+  // Switch the page to another of the user's sessions (from the side list).
+  async function openSession(id) {
+    teardown();
+    resetView();
+    notice("");
+    setPhase("connecting");
+    await loadSession(id);
+  }
+
+  async function newChat() {
+    teardown();
+    resetView();
+    notice("");
+    setPhase("connecting");
+    await startNewSession();
+    ui.message.focus();
+  }
+
+  // Read the session and follow its events from the start.
+  async function loadSession(wanted) {
     let reply;
     try {
       reply = await api("GET", "/sessions/" + encodeURIComponent(wanted));
@@ -703,7 +744,7 @@
       notice("Could not open the session: " + errorText(reply), "error");
       return;
     }
-    setSession(wanted, false);
+    setSession(wanted, true);
     state.serverLastId = Number(reply.data.last_event_id) || 0;
     state.running = reply.data.status === "running";
     updateControls();
@@ -727,6 +768,7 @@
     }
     setSession(reply.data.id, true);
     connect();
+    sideList.refresh();
   }
 
   // The session vanished under a live page (expired, or the server restarted).
@@ -1059,6 +1101,7 @@
     try {
       const reply = await api("POST", sessionPath("/messages"), { content: text });
       if (reply.status === 202) {
+        sideList.refresh(); // the first query names the chat
         ui.message.value = "";
         notice("");
         state.running = true;
@@ -1127,14 +1170,8 @@
   });
   ui.cancel.addEventListener("click", cancelQuery);
 
-  ui.newChat.addEventListener("click", async () => {
-    teardown();
-    resetView();
-    notice("");
-    setPhase("connecting");
-    await startNewSession();
-    ui.message.focus();
-  });
+  ui.newChat.addEventListener("click", newChat);
+  ui.sideNewChat.addEventListener("click", newChat);
 
   // ------------------------------------------------------------------ connection check
 

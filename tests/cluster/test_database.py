@@ -1,5 +1,5 @@
 """The session database across processes: a service killed with SIGKILL mid-query keeps every
-completed turn when it comes back; two instances on one Redis and one PostgreSQL list the same
+completed turn when it comes back, and never hands out again an id a client saw; two instances on one Redis and one PostgreSQL list the same
 sessions."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from typing import Any
 
 import aiohttp
 
+from service.core.durable import ID_RESERVATION
 from service.db import migrate
 from tests.conftest import sse_events
 from tests.support.instances import ServiceFactory, ServiceProcess
@@ -66,6 +67,9 @@ async def test_a_service_killed_mid_query_keeps_every_completed_turn(
         )
         assert status == 202
         await wait_for(http, base, sid, started["after_id"], "assistant_text")
+        _, streamed = await call(http, "GET", f"{base}/sessions/{sid}/events/poll?since_index={last}")
+        seen = [e["id"] for e in streamed["events"]]
+        assert seen[0] == last + 1 and len(seen) >= 3  # run_started, status_change, some text
         await service.akill()
 
         await service.astart()  # the same port, a new process: nothing in its memory
@@ -73,14 +77,35 @@ async def test_a_service_killed_mid_query_keeps_every_completed_turn(
         assert after["messages"] == before["messages"]
         assert after["usage"] == before["usage"]
         assert after["status"] == "idle"
-        assert after["last_event_id"] == last + 2
+        # The lost query's ids were never stored, but they were reserved when it started: the
+        # log continues after the reservation, past every id a client may have seen.
+        resumed = last + ID_RESERVATION
+        assert after["last_event_id"] == resumed + 2 and resumed > max(seen)
         _, polled = await call(http, "GET", f"{base}/sessions/{sid}/events/poll?since_index={last}")
         ended = polled["events"]
-        assert [(e["id"], e["type"]) for e in ended] == [(last + 1, "status_change"), (last + 2, "error")]
+        assert polled["purged"] is True
+        assert [(e["id"], e["type"]) for e in ended] == [
+            (resumed + 1, "status_change"),
+            (resumed + 2, "error"),
+        ]
         assert ended[1]["code"] == "interrupted"
 
+        # A client that saw the lost query's last event resumes: its ids are gone, so it gets the
+        # snapshot built from the database (not a 400, and no id it saw given to a new event).
+        status, gone = await call(
+            http, "GET", f"{base}/sessions/{sid}/events", headers={"Last-Event-ID": str(max(seen))}
+        )
+        assert status == 410, gone
+        assert gone["oldest_id"] == resumed + 1 and gone["last_id"] == resumed + 2
+        assert gone["snapshot"]["status"] == "idle"
+        _, repolled = await call(http, "GET", f"{base}/sessions/{sid}/events/poll?since_index={max(seen)}")
+        assert repolled["purged"] is True and [e["id"] for e in repolled["events"]] == [
+            resumed + 1,
+            resumed + 2,
+        ]
+
         done = await ask(http, base, sid, "Hello again")
-        assert done > last + 2
+        assert done > resumed + 2
         _, body = await call(http, "GET", f"{base}/sessions/{sid}")
         assert body["messages"][: len(before["messages"])] == before["messages"]
         assert body["messages"][len(before["messages"])]["content"] == [{"text": "Hello again"}]

@@ -11,7 +11,7 @@ import time
 import sqlalchemy as sa
 
 from service.db import migrate
-from tests.conftest import ClientFactory
+from tests.conftest import ClientFactory, services_of
 from tests.db.helpers import ask, events_after, session_body, texts
 from tests.support.instances import REPO_ROOT
 
@@ -87,6 +87,9 @@ async def test_a_populated_first_revision_database_upgrades_in_place(
     assert listed[0]["usage"] == {"input_tokens": 10, "output_tokens": 2, "total_tokens": 12}
     body = await session_body(client, "old-session")
     assert body["messages"] == CONVERSATION and body["last_event_id"] == 17
+    # The third revision's id reservation: none for a session stored before it (ids go on at 18).
+    record = await services_of(client).sessions.records.load("old-session")
+    assert record is not None and (record.last_event_id, record.ids_reserved_until) == (17, 0)
     await ask(client, "old-session", "And of Italy?")
     assert (await events_after(client, "old-session", 17))["events"][0]["id"] == 18
     assert texts((await session_body(client, "old-session"))["messages"])[2] == "And of Italy?"
