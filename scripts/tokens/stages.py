@@ -217,7 +217,10 @@ def log_and_run_stages(stores: Stores, texts: list[str]) -> dict[str, Stage]:
         reader_box: list[Reader] = []
 
         class Agent:
-            async def run(self, messages: list[Any], user_text: str, max_turns: int) -> AsyncIterator[Any]:
+            async def run(
+                self, messages: list[Any], user_text: str, max_turns: int, *_: Any, **__: Any
+            ) -> AsyncIterator[Any]:
+                # (later trees pass run options and an approval hook; a scripted model needs neither)
                 reader = reader_box[0]
                 for count, event in enumerate(events, 1):
                     yield event
@@ -238,6 +241,10 @@ def log_and_run_stages(stores: Stores, texts: list[str]) -> dict[str, Stage]:
                 run = await runs.start(session, "budget")
                 await run.wait()
                 await reader_box[0].task
+            if reader_box[0].texts < len(events):
+                raise RuntimeError(
+                    f"the scripted run delivered {reader_box[0].texts} of {len(events)} tokens"
+                )
             await store.delete(session.id)
             return len(events)
 
