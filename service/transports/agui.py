@@ -313,5 +313,19 @@ def encode(event: BaseEvent, entry_id: int | None = None) -> str:
 
 
 def blocks(stream: AgUiStream, entry: LogEntry) -> str:
-    """The entry's SSE blocks (AG-UI's client splits events on a bare ``\\n\\n``)."""
-    return "".join(encode(event, entry.id) for event in stream.events(entry))
+    """The entry's SSE blocks (AG-UI's client splits events on a bare ``\\n\\n``).
+
+    A text delta inside an open message and step (most of a stream) is the same
+    ``TEXT_MESSAGE_CONTENT`` for every reader of the entry, so it is encoded once and kept on
+    the entry, keyed by the message it belongs to.
+    """
+    event = entry.event
+    open_text = type(event) is TextDelta and stream.message_id is not None and stream.step is not None
+    if open_text:
+        cached = entry.encoded.get("ag-ui")
+        if cached is not None and cached[0] == stream.message_id:
+            return cached[1]
+    block = "".join(encode(each, entry.id) for each in stream.events(entry))
+    if open_text:
+        entry.encoded["ag-ui"] = (stream.message_id, block)
+    return block

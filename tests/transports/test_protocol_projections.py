@@ -138,6 +138,19 @@ def test_ai_sdk_blocks_carry_the_entry_id_and_cache_text() -> None:
         assert block.startswith("id: 1\r\n")
 
 
+def test_ag_ui_text_blocks_are_encoded_once_per_entry_and_match_the_encoder() -> None:
+    log = entries(RUN)
+    reader, second = agui.AgUiStream("thread", []), agui.AgUiStream("thread", [])
+    first = [agui.blocks(reader, entry) for entry in log]
+    cached = [entry for entry in log if "ag-ui" in entry.encoded]
+    assert cached and all(type(entry.event) is TextDelta for entry in cached)
+    # A second reader of the same entries gets the kept blocks, the same as the encoder's own.
+    assert [agui.blocks(second, entry) for entry in log] == first
+    uncached = agui.AgUiStream("thread", [])
+    by_encoder = ["".join(agui.encode(e, entry.id) for e in uncached.events(entry)) for entry in entries(RUN)]
+    assert by_encoder == first
+
+
 def test_ag_ui_events_of_a_run() -> None:
     history = [
         {"role": "user", "content": [{"text": "hi"}]},
