@@ -19,6 +19,7 @@ from service.agent.calculator import builtin_tools
 from service.agent.loop import AgentLoop
 from service.agent.tools import Tool, ToolExecutor
 from service.config import Settings, load_settings
+from service.core.approvals import ApprovalDesk
 from service.core.log import MemoryEventLog
 from service.core.runs import RunManager
 from service.core.sessions import MemorySessionStore, SessionStore
@@ -191,6 +192,7 @@ def create_app(
         backoff_s=settings.throttle_backoff_s,
         backoff_max_s=settings.throttle_backoff_max_s,
         planning=settings.steps_planning,
+        require_approval=settings.tools_require_approval,
     )
 
     def memory_store() -> MemorySessionStore:
@@ -221,6 +223,7 @@ def create_app(
             gate=quotas,
             default_max_turns=settings.max_turns,
             max_concurrent=settings.max_concurrent_runs,
+            approvals=ApprovalDesk(sessions, timeout_s=settings.approval_timeout_s),
         ),
         agent=agent,
         tools=executor,
@@ -228,6 +231,7 @@ def create_app(
         backend=backend,
         metrics=metrics,
         quotas=quotas,
+        tool_schema=lambda name: getattr(executor.current().get(name), "input_schema", None),
     )
     _track_state(services)
 

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from service.core.approvals import ApprovalDesk, Approver
 from service.core.committer import Committer
 from service.core.events import (
     Event,
@@ -50,7 +51,12 @@ class Agent(Protocol):
     """What the run manager needs of an agent: a stream of canonical events for one query."""
 
     def run(self, messages: list[dict[str, Any]], user_text: str, max_turns: int) -> AsyncIterator[Event]:
-        """Append the user's text to ``messages``, work, and yield events ending with done/error."""
+        """Append the user's text to ``messages``, work, and yield events ending with done/error.
+
+        A run manager with an :class:`~service.core.approvals.ApprovalDesk` also passes
+        ``approve=`` (an :data:`~service.core.approvals.Approver`), which the agent awaits with
+        the tool uses that need a person's approval before they run.
+        """
         ...
 
 
@@ -169,8 +175,10 @@ class RunManager:
         gate: RunGate | None = None,
         default_max_turns: int = 10,
         max_concurrent: int = 256,
+        approvals: ApprovalDesk | None = None,
     ) -> None:
         self._agent = agent
+        self.approvals = approvals
         self._store = store
         self._observer = observer or _NoObserver()
         self._gate = gate or _NoGate()
@@ -263,7 +271,7 @@ class RunManager:
         partial = False
         if run is not None:
             progress, message = run.progress, run.message
-        elif session.status == RUNNING and session.run_start_id:
+        elif session.active and session.run_start_id:
             progress, message = _Progress(), session.run_message
             entries = await session.log.read(session.run_start_id, strict=False)
             # A query so long that its own first events were purged can only be summed up
@@ -364,7 +372,7 @@ class RunManager:
             else None
         )
         try:
-            async for event in self._agent.run(session.messages, run.message, run.max_turns):
+            async for event in self._agent_events(run, committer):
                 if is_terminal(event):
                     if committer is not None:
                         await committer.drain()
@@ -412,6 +420,21 @@ class RunManager:
             await self._finish(
                 run, RunError(error="internal error", code="internal_error", turns=progress.turns)
             )
+
+    def _agent_events(self, run: Run, committer: Committer | None) -> AsyncIterator[Event]:
+        """The agent's events for the run; with a desk, its tool uses may wait for approval."""
+        session = run.session
+        desk = self.approvals
+        if desk is None:
+            return self._agent.run(session.messages, run.message, run.max_turns)
+
+        async def approve(uses: Any) -> Any:
+            if committer is not None:
+                await committer.drain()  # the requests follow what the run logged before them
+            return await desk.ask(session, run.fence, uses, lambda events: self._logged(run, events))
+
+        approver: Approver = approve
+        return self._agent.run(session.messages, run.message, run.max_turns, approve=approver)  # type: ignore[call-arg]
 
     async def _finish(self, run: Run, terminal: Event) -> None:
         # Free the session before the terminal event is seen, so a client that reads `done`
