@@ -261,9 +261,15 @@ class AgentLoop:
         if not asking:
             return {}
         if approve is None:
-            return {use.tool_use_id: Decision(approved=False, reason="no one can approve it here") for use in asking}
+            return {
+                use.tool_use_id: Decision(approved=False, reason="no one can approve it here")
+                for use in asking
+            }
         return await approve(
-            [ToolUse(tool=use.tool, tool_use_id=use.tool_use_id, input=use.input, turn=turn) for use in asking]
+            [
+                ToolUse(tool=use.tool, tool_use_id=use.tool_use_id, input=use.input, turn=turn)
+                for use in asking
+            ]
         )
 
     async def _run_tools(

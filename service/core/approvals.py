@@ -75,7 +75,9 @@ class SystemClock:
 class ApprovalDesk:
     """Asks for approvals on a run's behalf and waits for the answers (see the module docstring)."""
 
-    def __init__(self, store: SessionStore | None, *, timeout_s: float = 600.0, clock: Clock | None = None) -> None:
+    def __init__(
+        self, store: SessionStore | None, *, timeout_s: float = 600.0, clock: Clock | None = None
+    ) -> None:
         self._store = store
         self.timeout_s = timeout_s
         self.clock: Clock = clock or SystemClock()
@@ -158,7 +160,9 @@ class ApprovalDesk:
                     # Lost to a person who answered meanwhile: then the log holds theirs.
                     await self.answer(
                         session,
-                        ToolApprovalResponse(approval_id=approval_id, approved=False, reason=EXPIRED, by="timeout"),
+                        ToolApprovalResponse(
+                            approval_id=approval_id, approved=False, reason=EXPIRED, by="timeout"
+                        ),
                     )
             await follower
         finally:

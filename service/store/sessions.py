@@ -230,7 +230,9 @@ class RedisSessionStore(SessionStore):
         try:
             # Sent once: unlike an append it carries no token, so a retry could log it twice.
             async with backend.call():
-                last_id = int(await backend.scripts["STATUS"](keys=backend.session_keys(session.id), args=args))
+                last_id = int(
+                    await backend.scripts["STATUS"](keys=backend.session_keys(session.id), args=args)
+                )
         except ResponseError as exc:
             if "RUNLOST" in str(exc) or "NOSESSION" in str(exc):
                 raise RunLost(f"session {session.id}: the run's claim expired") from None
