@@ -28,7 +28,7 @@ from service.logs import quiet_malformed_requests
 from service.metrics import Metrics
 from service.monitor import LoopLagMonitor
 from service.providers.base import ModelProvider
-from service.transports import auth, http, mcp, openapi, sse, web_client, ws
+from service.transports import approvals, auth, http, mcp, openapi, sse, web_client, ws
 from service.transports import sessions as session_routes
 from service.transports.context import CONTEXT, Context, Health
 from service.transports.middleware import error_middleware
@@ -311,6 +311,7 @@ def create_app(
     auth.setup(app, settings)
     http.add_routes(app)
     session_routes.add_routes(app)
+    approvals.add_routes(app)
     sse.add_routes(app)
     ws.add_routes(app)
     mcp.add_routes(app)

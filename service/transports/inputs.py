@@ -10,7 +10,15 @@ import re
 from typing import Annotated, Any, TypeVar
 
 from aiohttp import web
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+)
 
 from service import jsonsafe
 from service.config import Settings
@@ -58,6 +66,19 @@ class MessageRequest(BaseModel):
 
     content: Text
     max_turns: MaxTurns = None
+
+
+class ApprovalAnswer(BaseModel):
+    """Body of ``POST /sessions/{id}/approvals/{approval_id}`` (and of the WebSocket ``approve``
+    and the MCP ``session_approve``): approve or deny a tool call that waits."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    approved: StrictBool
+    reason: Annotated[str, Field(max_length=2000)] | None = None
+    input: dict[str, Any] | None = Field(
+        None, description="An edited input for the tool (approved only), checked against its input schema."
+    )
 
 
 async def read_object(request: web.Request, *, allow_empty: bool = False) -> dict[str, Any]:

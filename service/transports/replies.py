@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal, NotRequired
 from pydantic import Field
 from typing_extensions import TypedDict
 
-from service.transports.payloads import Count, EndFields, SessionEvent, Status, Usage
+from service.transports.payloads import ApprovalRequest, Count, EndFields, SessionEvent, Status, Usage
 
 ErrorText = Annotated[str, Field(description="What went wrong, for a person.")]
 Snapshot = Annotated[
@@ -86,6 +86,17 @@ class Session(TypedDict):
     ]
     usage: Usage
     last_event_id: Count
+    pending_approvals: Annotated[
+        list[ApprovalRequest],
+        Field(description="The tool calls waiting for a person's approval, as their requests were logged."),
+    ]
+
+
+class ApprovalAnswered(TypedDict):
+    """The approval's answer, as logged (the same answer sent again gets this reply again)."""
+
+    approval_id: str
+    approved: bool
 
 
 class MessageAccepted(TypedDict):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from service.transports import dialects
+from service.transports import approvals, dialects
 from service.transports.auth import owner_of
 from service.transports.context import context_of, session_of
 from service.transports.inputs import MessageRequest, check_length, int_param, read_json, read_object
@@ -34,6 +34,7 @@ async def get_session(request: web.Request) -> web.Response:
             "messages": dialects.jsonable(session.messages),
             "usage": dialects.usage_dict(session.usage),
             "last_event_id": await session.log.last_id(),
+            "pending_approvals": approvals.pending(session),
         },
         dumps=dialects.dumps,
     )
