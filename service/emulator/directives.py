@@ -6,7 +6,9 @@ the errors that the failure directives (``http``, ``fail``) name.
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any
 
 from service.emulator.steps import HttpError
 
@@ -59,6 +61,16 @@ def float_value(directives: dict[str, str], name: str) -> float | None:
     except (KeyError, ValueError):
         return None
     return value if value >= 0 else None
+
+
+def tool_input(directives: dict[str, str]) -> dict[str, Any]:
+    """The input a ``tool`` directive's calls get: the ``tool_input`` directive's JSON object
+    (``[emu:tool_input={"expression": "6*7"}]``), or ``{}`` when it is absent or not an object."""
+    try:
+        value = json.loads(directives.get("tool_input") or "{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def exception_name(name: str) -> str:

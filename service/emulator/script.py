@@ -40,6 +40,7 @@ from service.emulator.directives import (
     int_value,
     parse_directives,
     strip_directives,
+    tool_input,
 )
 from service.emulator.request import content_blocks, count_input_tokens, tool_names, tool_results, user_prompt
 from service.emulator.steps import (
@@ -233,7 +234,9 @@ def _decide(
             return [_ToolCall(CALCULATOR, {"expression": "1+1"})], []
         return [], tool_result_answer(results, question).split()
     if directives.get("tool"):
-        return [_ToolCall(directives["tool"], {})], []
+        # One call per comma-separated name, each with the ``tool_input`` directive's JSON object.
+        names = [name.strip() for name in directives["tool"].split(",") if name.strip()]
+        return [_ToolCall(name, tool_input(directives)) for name in names], []
     tools_count = int_value(directives, "tools", None)
     if tools_count is not None and tools_count >= 1:
         return [_ToolCall(CALCULATOR, {"expression": f"{k}+{k}"}) for k in range(1, tools_count + 1)], []
