@@ -37,7 +37,14 @@ from service.core.events import (
     Usage,
     is_terminal,
 )
-from service.core.sessions import IDLE, RUNNING, Session, SessionStore, append_unless_closed
+from service.core.sessions import (
+    IDLE,
+    RUNNING,
+    Session,
+    SessionStore,
+    append_unless_closed,
+    close_approvals,
+)
 from service.errors import Overloaded, RunInProgress, RunLost, StoreUnavailable
 from service.logs import run_id_var, session_id_var
 
@@ -457,6 +464,7 @@ class RunManager:
         if self._store is not None:
             await self._store.finish_run(run.session, run.fence, events)
         else:
+            close_approvals(run.session)
             await append_unless_closed(run.session.log, events)
 
 

@@ -17,7 +17,7 @@ from aiohttp.test_utils import TestClient
 from service.core.log import LogEntry
 from tests.conftest import ClientFactory, services_of, sse_events
 from tests.support.clock import ManualClock
-from tests.transports.test_mcp import connect
+from tests.transports.test_mcp import Notifications, connect
 from tests.transports.test_sessions import new_session, send
 
 SIX_BY_SEVEN = "What is 6*7?"
@@ -288,23 +288,33 @@ async def test_answer_over_websocket(approving: TestClient) -> None:
 
 
 async def test_answer_over_mcp_and_its_notifications(approving: TestClient) -> None:
-    session_id, [request] = await waiting(approving)
-    async with connect(approving) as mcp:
+    received = Notifications()
+    async with connect(approving, received) as mcp:
+        await mcp.set_logging_level("warning")
+        started = await mcp.call_tool("session_message", {"content": SIX_BY_SEVEN})
+        assert started.structured_content is not None
+        session_id = started.structured_content["session_id"]
+        notified = await received.wait_for(lambda data: data["type"] == "tool_approval_request")
+        assert notified["session_id"] == session_id and notified["status"] == "awaiting_approval"
+        assert notified["toolName"] == "calculator" and notified["toolInput"] == {"expression": "6*7"}
+        assert next(item for item in received.items if item.data is notified).level == "warning"
         status = await mcp.call_tool("session_status", {"session_id": session_id})
         assert status.structured_content is not None
         assert status.structured_content["status"] == "waiting"
         [pending] = status.structured_content["pending_approvals"]
-        assert pending["approval_id"] == request.approval_id
-        args = {"session_id": session_id, "approval_id": request.approval_id, "approved": True}
+        assert pending["approval_id"] == notified["approval_id"]
+        args = {"session_id": session_id, "approval_id": notified["approval_id"], "approved": True}
         result = await mcp.call_tool("session_approve", args)
         assert not result.is_error
         assert result.structured_content == {
             "session_id": session_id,
-            "approval_id": request.approval_id,
+            "approval_id": notified["approval_id"],
             "approved": True,
         }
         again = await mcp.call_tool("session_approve", {**args, "approved": False})
         assert again.is_error and "already answered" in json.dumps(again.structured_content)
+        unknown = await mcp.call_tool("session_approve", {**args, "approval_id": "ap_nope"})
+        assert unknown.is_error
     events = await events_until_done(approving, session_id)
     assert next(event for event in events if event["type"] == "tool_approval_response")["by"] == "mcp"
 
