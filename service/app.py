@@ -20,6 +20,7 @@ from service.agent.loop import AgentLoop
 from service.agent.tools import Tool, ToolExecutor
 from service.config import Settings, load_settings
 from service.core.approvals import ApprovalDesk
+from service.core.durable import DurableSessionStore
 from service.core.log import MemoryEventLog
 from service.core.runs import RunManager
 from service.core.sessions import MemorySessionStore, SessionStore
@@ -28,11 +29,23 @@ from service.logs import quiet_malformed_requests
 from service.metrics import Metrics
 from service.monitor import LoopLagMonitor
 from service.providers.base import ModelProvider
-from service.transports import approvals, auth, http, mcp, openapi, sse, web_client, ws
+from service.transports import (
+    approvals,
+    auth,
+    http,
+    mcp,
+    openai_chat,
+    openapi,
+    protocols,
+    sse,
+    web_client,
+    ws,
+)
 from service.transports import sessions as session_routes
 from service.transports.context import CONTEXT, Context, Health
 from service.transports.middleware import error_middleware
 from service.transports.quotas import QUOTAS, Quotas, quota_middleware
+from service.transports.shared_quotas import SharedQuotas
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +60,7 @@ class Services(Context):
     provider: ModelProvider | None = None
     emulator: Any = None
     backend: Any = None  # the Redis backend when AGENT_REDIS_URL is set
+    records: Any = None  # the session database when AGENT_DATABASE_URL is not empty
 
 
 SERVICES = web.AppKey("services", Services)
@@ -108,6 +122,16 @@ async def _expire_sessions(sessions: SessionStore, ttl_s: float) -> None:
             log.info("expired %d idle session(s)", len(expired))
 
 
+async def _sweep_sessions(sessions: DurableSessionStore) -> None:
+    """Delete the sessions past their retention, once at start and then every hour."""
+    while True:
+        try:
+            await sessions.sweep()
+        except Exception:
+            log.exception("the retention sweep failed; it runs again within the hour")
+        await asyncio.sleep(3600.0)
+
+
 def _store_probe(services: Services) -> Any:
     """The ``store`` section of ``/healthz``: where sessions live, and how many there are; on
     Redis, counting them is the probe (one round trip, within the time health gives it)."""
@@ -140,9 +164,10 @@ def _mcp_probe(tools: Any) -> Any:
 def _track_state(services: Services) -> None:
     """The gauges read at each scrape: runs in flight, and what this instance holds in memory."""
     metrics, runs = services.metrics, services.runs
-    memory = services.sessions if isinstance(services.sessions, MemorySessionStore) else None
+    store = getattr(services.sessions, "live", services.sessions)  # the live tier under a database
+    memory = store if isinstance(store, MemorySessionStore) else None
     if memory is None:
-        memory = getattr(services.sessions, "local", None)  # Redis: the short-lived ones here
+        memory = getattr(store, "local", None)  # Redis: the short-lived ones here
     metrics.track("agentstream_runs_active", "Queries running on this instance.", lambda: runs.active)
     metrics.track(
         "agentstream_asyncio_tasks", "asyncio tasks in this process.", lambda: len(asyncio.all_tasks())
@@ -193,6 +218,7 @@ def create_app(
         backoff_max_s=settings.throttle_backoff_max_s,
         planning=settings.steps_planning,
         require_approval=settings.tools_require_approval,
+        context_max_tokens=settings.context_limit(),
     )
 
     def memory_store() -> MemorySessionStore:
@@ -211,8 +237,19 @@ def create_app(
         backend, sessions = make_store(settings, memory_store)
     else:
         sessions = memory_store()
+    records = None
+    if settings.database():
+        from service.db import SqlRecords
+
+        records = SqlRecords(settings.database())
+        sessions = DurableSessionStore(sessions, records, retention_days=settings.session_retention_days)
     metrics = Metrics()
-    quotas = Quotas.from_settings(settings)
+    quotas: Quotas = Quotas.from_settings(settings)
+    if backend is not None and settings.api_keys:
+        # Each key's quotas hold across every instance on this Redis (see shared_quotas.py).
+        from service.store.quotas import RedisQuotaCounters
+
+        quotas = SharedQuotas.shared_from_settings(settings, RedisQuotaCounters(backend))
     services = Services(
         settings=settings,
         sessions=sessions,
@@ -229,6 +266,7 @@ def create_app(
         tools=executor,
         monitor=LoopLagMonitor(on_sample=metrics.loop_lag.observe),
         backend=backend,
+        records=records,
         metrics=metrics,
         quotas=quotas,
         tool_schema=lambda name: getattr(executor.current().get(name), "input_schema", None),
@@ -237,7 +275,12 @@ def create_app(
 
     app = web.Application(
         client_max_size=settings.max_request_bytes,
-        middlewares=[error_middleware, auth.access_middleware, quota_middleware],
+        middlewares=[
+            openai_chat.chat_error_middleware,
+            error_middleware,
+            auth.access_middleware,
+            quota_middleware,
+        ],
     )
     app[SERVICES] = services
     app[CONTEXT] = services
@@ -257,6 +300,7 @@ def create_app(
                     EmulatorConfig(
                         ttft_ms=settings.emulator_ttft_ms,
                         tokens_per_second=settings.emulator_tokens_per_second,
+                        context_tokens=settings.emulator_context_tokens,
                     )
                 ).start()
                 services.emulator = emulator
@@ -280,10 +324,19 @@ def create_app(
             executor.add_source(mcp_tools)
             await mcp_tools.start()
             services.health["mcp"] = _mcp_probe(mcp_tools)
+        if records is not None:
+            await records.start()  # the migrations, before any request reads a session
         if backend is not None:
             await backend.start(services.runs)
+        if isinstance(quotas, SharedQuotas):
+            quotas.start()
         reaper = asyncio.create_task(
             _expire_sessions(sessions, settings.session_ttl_s), name="session-reaper"
+        )
+        sweeper = (
+            asyncio.create_task(_sweep_sessions(sessions), name="session-retention")
+            if isinstance(sessions, DurableSessionStore)
+            else None
         )
         await executor.start()  # the calculator's first worker process (milliseconds)
         try:
@@ -293,10 +346,16 @@ def create_app(
                 executor.remove_source(mcp_tools)
                 await mcp_tools.stop()
             await executor.aclose()  # stops the calculator's worker processes
-            reaper.cancel()
-            await asyncio.gather(reaper, return_exceptions=True)
+            for task in (reaper, sweeper):
+                if task is not None:
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
+            if isinstance(quotas, SharedQuotas):
+                await quotas.stop()
             if backend is not None:
                 await backend.stop()
+            if records is not None:
+                await records.close()
             await services.monitor.stop()
             await made.close()
             if emulator is not None:
@@ -313,8 +372,10 @@ def create_app(
     session_routes.add_routes(app)
     approvals.add_routes(app)
     sse.add_routes(app)
+    protocols.add_routes(app)
     ws.add_routes(app)
     mcp.add_routes(app)
+    openai_chat.add_routes(app)
     web_client.add_routes(app)
     openapi.add_routes(app)
     return app

@@ -6,6 +6,7 @@ A bad value stops the start with a message that names the variable (see :func:`l
 from __future__ import annotations
 
 import ipaddress
+from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
@@ -65,8 +66,9 @@ class Settings(BaseSettings):
     max_message_chars: int = Field(100_000, ge=1)
     # The longest request line or single header aiohttp's parser accepts (bytes); longer: 400.
     max_header_bytes: int = Field(8190, ge=1024, le=1024 * 1024)
-    # Per API key, on each instance; 0 = unlimited (see service/transports/quotas.py). With no keys
-    # every caller is one anonymous owner, so these apply only when set explicitly (see quota()).
+    # Per API key (across instances with keys and Redis); 0 = unlimited (see transports/quotas.py).
+    # With no keys every caller is one anonymous owner, so these apply only when set explicitly
+    # (see quota()).
     quota_sessions: int = Field(100, ge=0)
     quota_streams: int = Field(32, ge=0)
     quota_runs: int = Field(8, ge=0)
@@ -80,6 +82,9 @@ class Settings(BaseSettings):
     shutdown_timeout_s: float = Field(10.0, ge=0)
     emulator_ttft_ms: float = Field(150.0, ge=0)
     emulator_tokens_per_second: float = Field(40.0, ge=0)
+    # The embedded model's context window (input tokens); longer requests get Bedrock's
+    # ValidationException. 0: unlimited.
+    emulator_context_tokens: int = Field(0, ge=0)
     sse_ping_interval_s: float = Field(15.0, gt=0)
     sse_send_timeout_s: float = Field(30.0, gt=0)
     sse_retry_ms: int = Field(1000, ge=0, le=60_000)
@@ -88,6 +93,15 @@ class Settings(BaseSettings):
     # Instance-wide bound on open streams (SSE, WebSocket, MCP), whoever holds them.
     max_streams: int = Field(4096, ge=1)
     session_ttl_s: float = Field(3600.0, gt=0)
+    # The durable record of sessions (service/db/): where the embedded SQLite file lives, and the
+    # database's URL; unset: SQLite in data_dir; set empty: no database, sessions in memory/Redis only.
+    data_dir: str = "./data"
+    database_url: str | None = None
+    # Sessions not updated for this many days are deleted from the database; 0 keeps them.
+    session_retention_days: float = Field(30.0, ge=0)
+    # The most input tokens a request to the model may hold; older whole turns are left out of
+    # what is sent past it. 0: sized to the model (see context_limit()).
+    context_max_tokens: int = Field(0, ge=0)
     merge_deltas_after: int = Field(64, ge=2)
     steps_planning: bool = False
     poll_max_events: int = Field(1000, ge=1, le=100_000)
@@ -110,6 +124,21 @@ class Settings(BaseSettings):
         if self.api_keys or field in self.model_fields_set:
             return int(getattr(self, field))
         return 0
+
+    def database(self) -> str:
+        """The database URL in force: ``AGENT_DATABASE_URL``, or SQLite under ``AGENT_DATA_DIR``
+        when it is unset; empty: no database."""
+        if self.database_url is None:
+            return f"sqlite+aiosqlite:///{Path(self.data_dir) / 'agentstream.db'}"
+        return self.database_url
+
+    def context_limit(self) -> int:
+        """``AGENT_CONTEXT_MAX_TOKENS``, or, when 0, the model's context window less the room its
+        answer needs (Claude models take 200,000 tokens; others are taken as 128,000)."""
+        if self.context_max_tokens:
+            return self.context_max_tokens
+        window = 200_000 if ("anthropic" in self.model_id or "claude" in self.model_id) else 128_000
+        return max(1024, window - self.max_tokens)
 
     def allowed_host_names(self) -> frozenset[str] | None:
         """Host names a request may name (lower case, no port); None accepts any.
@@ -142,6 +171,13 @@ class Settings(BaseSettings):
     def _redis_url_scheme(cls, value: str) -> str:
         if value and value.partition("://")[0] not in {"redis", "rediss", "unix"}:
             raise ValueError("must be a redis://, rediss:// or unix:// URL")
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url_scheme(cls, value: str | None) -> str | None:
+        if value and value.partition("://")[0] not in {"sqlite+aiosqlite", "postgresql+asyncpg"}:
+            raise ValueError("must be a sqlite+aiosqlite:/// or postgresql+asyncpg:// URL, or empty")
         return value
 
     @model_validator(mode="after")

@@ -7,6 +7,7 @@
      │    └── ModelStreamError  an exception event that arrived inside the stream
      ├── EventsPurged           a reader asked for events the log no longer keeps
      ├── SessionNotFound        no such session (or not the caller's)
+ ├── SessionExists          a client-chosen session id is already taken
      ├── RunInProgress          a session already runs a query
      ├── ApprovalError          a tool approval cannot be answered so
      │    ├── ApprovalNotFound     no such approval in the session (404)
@@ -56,6 +57,10 @@ class EventsPurged(AgentStreamError):
 
 class SessionNotFound(AgentStreamError):
     """No session with that id."""
+
+
+class SessionExists(AgentStreamError):
+    """A session with the id a client chose exists already."""
 
 
 class RunInProgress(AgentStreamError):

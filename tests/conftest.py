@@ -20,6 +20,11 @@ from service.config import Settings
 
 pytest_plugins = ["tests.support.fixtures"]
 
+# No test writes a database unless it asks for one (tests/db gives each its own): every Settings
+# the tests build, here or in a service process they start, keeps sessions in memory/Redis only,
+# and the suite leaves no ./data behind.
+os.environ["AGENT_DATABASE_URL"] = ""
+
 # With AGENT_TEST_REDIS_URL set, every service the tests start keeps its sessions on that Redis
 # ("auto": the local one on 6379, or a redis-server started for the run).
 SUITE_REDIS_URL = os.environ.get("AGENT_TEST_REDIS_URL", "")
@@ -57,6 +62,7 @@ TEST_SETTINGS: dict[str, Any] = {
     "quota_runs": 0,
     "quota_requests_per_minute": 0,
     "quota_tokens_per_day": 0,
+    "database_url": "",
 }
 
 

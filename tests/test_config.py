@@ -66,3 +66,24 @@ def test_start_refuses_a_bad_setting_with_a_clear_message() -> None:
     )
     assert result.returncode == 2
     assert "AGENT_PORT" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_the_database_defaults_to_sqlite_under_the_data_dir_and_empty_turns_it_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("AGENT_DATABASE_URL", raising=False)
+    monkeypatch.setenv("AGENT_DATA_DIR", "/var/lib/agentstream")
+    assert load_settings().database() == "sqlite+aiosqlite:////var/lib/agentstream/agentstream.db"
+    monkeypatch.setenv("AGENT_DATABASE_URL", "")
+    assert load_settings().database() == ""
+    monkeypatch.setenv("AGENT_DATABASE_URL", "postgresql+asyncpg://u@db/agentstream")
+    assert load_settings().database() == "postgresql+asyncpg://u@db/agentstream"
+    monkeypatch.setenv("AGENT_DATABASE_URL", "mysql://u@db/x")
+    with pytest.raises(SettingsError, match="AGENT_DATABASE_URL"):
+        load_settings()
+
+
+def test_the_context_budget_is_sized_to_the_model_unless_set() -> None:
+    assert load_settings(context_max_tokens=5000).context_limit() == 5000
+    assert load_settings(max_tokens=4096).context_limit() == 200_000 - 4096
+    assert load_settings(model_id="gpt-4o", max_tokens=1000).context_limit() == 127_000

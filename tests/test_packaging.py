@@ -52,3 +52,20 @@ def test_console_script_and_lower_bounds() -> None:
         line.strip() for line in config["options"]["install_requires"].splitlines() if line.strip()
     ]
     assert requirements and all(">=" in line for line in requirements)
+
+
+def test_package_data_ships_the_page_and_its_vendored_libraries() -> None:
+    """Every file of the browser page, the vendored libraries included, matches a package-data
+    glob (setuptools' globs do not descend into folders: each folder needs its own)."""
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    globs = [line.strip() for line in config["options.package_data"]["service"].splitlines() if line.strip()]
+    package = ROOT / "service"
+    files = [path for path in (package / "web").rglob("*") if path.is_file()]
+    assert any(path.parent.name == "vendor" for path in files)
+    unshipped = [
+        str(path.relative_to(package))
+        for path in files
+        if not any(path.relative_to(package).match(pattern) for pattern in globs)
+    ]
+    assert not unshipped, f"not in [options.package_data]: {unshipped}"

@@ -24,6 +24,7 @@ RULES: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
             "service.transports",
             "service.providers",
             "service.store",
+            "service.db",
             "service.agent",
             "service.app",
             "aiohttp.web",
@@ -33,7 +34,11 @@ RULES: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
         ),
         (),
     ),
-    ("service.transports", ("service.agent", "service.providers", "service.app", "service.store"), ()),
+    (
+        "service.transports",
+        ("service.agent", "service.providers", "service.app", "service.store", "service.db"),
+        (),
+    ),
     ("service.providers", ("service.agent", "service.transports", "service.app"), ()),
     (
         "service.agent",
@@ -41,6 +46,19 @@ RULES: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
         ("service.agent.aws_tools",),
     ),
     ("service.store", ("service.transports", "service.agent", "service.providers", "service.app"), ()),
+    # The database knows the core's record interface, and nothing of HTTP or of the other tiers.
+    (
+        "service.db",
+        (
+            "service.transports",
+            "service.agent",
+            "service.providers",
+            "service.store",
+            "service.app",
+            "aiohttp",
+        ),
+        (),
+    ),
     ("service.sandbox", ("service.agent", "service.transports", "service.app"), ()),
 ]
 MAX_LINES = {"service": 500, "scripts": 600}

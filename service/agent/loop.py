@@ -12,6 +12,12 @@ uses to the ``approve`` callback the run manager gives it (see :mod:`service.cor
 once the model's stream for that turn has ended, so nothing upstream is held while it waits. An
 approved call runs (with the approver's edited input, if any, which the conversation then
 records); a denied or expired one gets an error result that tells the model the user declined.
+
+A query's :class:`~service.core.options.RunOptions` may bring tools the client runs itself: they
+are offered beside the agent's own, and a turn that calls one ends the query there (``done`` with
+``stop_reason: tool_use``), its calls handed back unanswered; the client's next query brings their
+results (``resume``). Calls to the agent's own tools in that same turn are not run: the client's
+conversation could not carry their results.
 """
 
 from __future__ import annotations
@@ -23,9 +29,11 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
+from service.agent.context import ContextWindow
 from service.agent.tools import ToolExecutor, ToolOutcome
 from service.core.approvals import Approver, Decision
 from service.core.events import (
+    ContextTrimmed,
     Event,
     PlanCreated,
     RunDone,
@@ -39,6 +47,7 @@ from service.core.events import (
     TurnCompleted,
     Usage,
 )
+from service.core.options import RunOptions
 from service.errors import ModelStreamError, ProviderError
 from service.providers.base import ModelProvider, ModelRequest, PendingToolUse, TurnResult
 
@@ -72,6 +81,7 @@ class AgentLoop:
         backoff_max_s: float = 8.0,
         planning: bool = False,
         require_approval: Collection[str] = (),
+        context_max_tokens: int = 0,
     ) -> None:
         self.provider = provider
         self.tools = tools
@@ -81,6 +91,7 @@ class AgentLoop:
         self.backoff_s = backoff_s
         self.backoff_max_s = backoff_max_s
         self.planning = planning
+        self.context = ContextWindow(context_max_tokens)
         self.require_approval = frozenset(require_approval)
 
     def needs_approval(self, tool: str) -> bool:
@@ -92,20 +103,27 @@ class AgentLoop:
         messages: list[dict[str, Any]],
         user_text: str,
         max_turns: int,
+        options: RunOptions | None = None,
         approve: Approver | None = None,
     ) -> AsyncIterator[Event]:
-        """Append ``user_text`` to ``messages`` and work until end of turn, max tokens or max turns;
-        ``approve`` decides the tool calls that need approval (without it they are declined)."""
+        """Append ``user_text`` to ``messages`` (unless ``options.resume``) and work until end of
+        turn, max tokens, max turns, or a call to one of the client's tools; ``approve`` decides
+        the tool calls that need approval (without it they are declined)."""
         if self.provider is None:
             raise RuntimeError("the agent loop has no model provider yet")
         provider = self.provider
-        messages.append({"role": "user", "content": [{"text": user_text}]})
+        options = options or RunOptions()
+        client_names = options.client_tool_names
+        system = "\n\n".join(part for part in (self.system_prompt, options.system) if part)
+        max_tokens = min(self.max_tokens, options.max_tokens or self.max_tokens)
+        if not options.resume:
+            messages.append({"role": "user", "content": [{"text": user_text}]})
         total = Usage()
         tool_calls: list[ToolCall] = []
         if self.planning:
             plan = _Turn()
             request = ModelRequest(
-                messages=messages, system=PLANNING_PROMPT, max_tokens=min(self.max_tokens, 1024)
+                messages=messages, system=PLANNING_PROMPT, max_tokens=min(max_tokens, 1024)
             )
             async for event in self._stream_turn(provider, request, 0, plan, emit=False):
                 yield event
@@ -117,6 +135,7 @@ class AgentLoop:
             yield PlanCreated(plan=plan.result.text, usage=plan.result.usage)
         offset = 1 if self.planning else 0  # the plan is step 1 when there is one
         turn = 0
+        dropped = 0
         while True:
             if turn >= max_turns:
                 yield RunDone(
@@ -129,11 +148,23 @@ class AgentLoop:
                 )
                 return
             turn += 1
+            own = (spec for spec in self.tools.specs() if spec["name"] not in client_names)
+            tool_specs = (*own, *options.client_tools)
+            window = self.context.fit(messages, system, tool_specs)
+            if window.dropped != dropped:
+                dropped = window.dropped
+                yield ContextTrimmed(
+                    turn=turn,
+                    dropped_messages=window.dropped,
+                    kept_messages=len(messages) - window.dropped,
+                    estimated_tokens=window.estimated_tokens,
+                    max_tokens=self.context.max_tokens,
+                )
             request = ModelRequest(
-                messages=messages,
-                system=self.system_prompt,
-                tool_specs=tuple(self.tools.specs()),
-                max_tokens=self.max_tokens,
+                messages=messages[window.dropped :] if window.dropped else messages,
+                system=system,
+                tool_specs=tool_specs,
+                max_tokens=max_tokens,
             )
             current = _Turn()
             try:
@@ -158,6 +189,7 @@ class AgentLoop:
                 return
             result = current.result
             assert result is not None
+            self.context.learn(window, result.usage.input_tokens)
             total = total + result.usage
             yield TurnCompleted(
                 turn=turn,
@@ -166,6 +198,28 @@ class AgentLoop:
                 total_usage=total,
                 latency_ms=result.latency_ms,
             )
+            if result.stop_reason == "tool_use" and any(use.tool in client_names for use in result.tool_uses):
+                handed = [use for use in result.tool_uses if use.tool in client_names]
+                messages.append(_handed_back(result, client_names))
+                yield StepCompleted(
+                    turn=turn,
+                    step_number=turn + offset,
+                    text=result.text,
+                    tool_calls=[
+                        ToolCall(tool=use.tool, input=use.input, tool_use_id=use.tool_use_id)
+                        for use in handed
+                    ],
+                    usage=result.usage,
+                )
+                yield RunDone(
+                    turns=turn,
+                    output=result.text,
+                    final_step=turn + offset + 1,
+                    tool_calls=tool_calls,
+                    usage=total,
+                    stop_reason="tool_use",
+                )
+                return
             if result.stop_reason == "tool_use" and result.tool_uses:
                 outcomes: dict[str, ToolOutcome] = {}
                 try:
@@ -355,6 +409,17 @@ def _assistant_message(result: TurnResult) -> dict[str, Any]:
     if not content:
         # Bedrock wants every assistant message to hold something.
         content = [{"text": result.text or "(no answer)"}]
+    return {"role": "assistant", "content": content}
+
+
+def _handed_back(result: TurnResult, client_names: frozenset[str]) -> dict[str, Any]:
+    """The assistant message of a turn that called client tools: its calls to them (the client
+    answers them next), without its calls to the agent's own tools, which were not run."""
+    content = [
+        block
+        for block in result.message.get("content", [])
+        if "toolUse" not in block or block["toolUse"].get("name") in client_names
+    ]
     return {"role": "assistant", "content": content}
 
 

@@ -211,6 +211,18 @@ class ToolApprovalResponse(_Event):
     input: Any = None
 
 
+class ContextTrimmed(_Event):
+    """The conversation outgrew the model's window: its oldest whole turns were left out of what
+    was sent (the session keeps every message). Logged when the number left out changes."""
+
+    type: Literal["context_trimmed"] = "context_trimmed"
+    turn: int
+    dropped_messages: int
+    kept_messages: int
+    estimated_tokens: int
+    max_tokens: int
+
+
 class StatusChange(_Event):
     """The session's status changed (idle, running, waiting, cancelled, ...)."""
 
@@ -234,6 +246,7 @@ Event = Annotated[
     | RunError
     | ToolApprovalRequest
     | ToolApprovalResponse
+    | ContextTrimmed
     | StatusChange,
     Field(discriminator="type"),
 ]

@@ -74,6 +74,11 @@ class EventLog(abc.ABC):
         """Store ``events`` under the next ids, in order, as :meth:`append` does each."""
         return [await self.append(event, fence=fence) for event in events]
 
+    def resume_after(self, last_id: int) -> None:
+        """Continue a log kept elsewhere: the next append gets ``last_id + 1``, and the ids up to
+        ``last_id`` count as purged. Only on a log nothing was appended to yet."""
+        raise NotImplementedError(f"{type(self).__name__} resumes through its store")
+
     @abc.abstractmethod
     async def read(self, after_id: int, limit: int | None = None, *, strict: bool = True) -> list[LogEntry]:
         """Return the kept events after ``after_id`` (at most ``limit``)."""
@@ -134,6 +139,11 @@ class MemoryEventLog(EventLog):
     def size_bytes(self) -> int:
         """Bytes held by the kept events."""
         return self._bytes
+
+    def resume_after(self, last_id: int) -> None:
+        if self._last_id:
+            raise RuntimeError("a log resumes only before its first append")
+        self._last_id = last_id
 
     def _first_id(self) -> int:
         if self._start < len(self._entries):

@@ -16,9 +16,9 @@ import contextlib
 import contextvars
 import logging
 import secrets
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from service.core.approvals import ApprovalDesk, Approver
 from service.core.committer import Committer
@@ -37,6 +37,8 @@ from service.core.events import (
     Usage,
     is_terminal,
 )
+from service.core.options import RunOptions
+from service.core.run_parts import Agent, NoGate, NoObserver, RunGate, RunObserver
 from service.core.sessions import (
     IDLE,
     RUNNING,
@@ -52,66 +54,6 @@ log = logging.getLogger(__name__)
 
 CANCELLED = "cancelled"
 SHUTDOWN = "shutdown"
-
-
-class Agent(Protocol):
-    """What the run manager needs of an agent: a stream of canonical events for one query."""
-
-    def run(self, messages: list[dict[str, Any]], user_text: str, max_turns: int) -> AsyncIterator[Event]:
-        """Append the user's text to ``messages``, work, and yield events ending with done/error.
-
-        A run manager with an :class:`~service.core.approvals.ApprovalDesk` also passes
-        ``approve=`` (an :data:`~service.core.approvals.Approver`), which the agent awaits with
-        the tool uses that need a person's approval before they run.
-        """
-        ...
-
-
-class RunObserver(Protocol):
-    """Told what the runs do, for metrics; every call is cheap and synchronous."""
-
-    def run_started(self, run_id: str, appended: int) -> None: ...
-
-    def event_logged(self, run_id: str, event: Event) -> None: ...
-
-    def run_finished(self, run_id: str, terminal: Event, appended: int) -> None: ...
-
-
-class RunGate(Protocol):
-    """Per-owner limits on runs (quotas); every call is cheap and synchronous.
-
-    ``admit`` refuses a run before anything of it exists by raising (the transports' quotas
-    raise :class:`~service.errors.QuotaExceeded`); each admitted run is ``release``d exactly
-    once, however it ends; ``used`` hears the model tokens of each turn as it is logged.
-    """
-
-    def admit(self, owner: str) -> None: ...
-
-    def used(self, owner: str, usage: Usage) -> None: ...
-
-    def release(self, owner: str) -> None: ...
-
-
-class _NoGate:
-    def admit(self, owner: str) -> None:
-        pass
-
-    def used(self, owner: str, usage: Usage) -> None:
-        pass
-
-    def release(self, owner: str) -> None:
-        pass
-
-
-class _NoObserver:
-    def run_started(self, run_id: str, appended: int) -> None:
-        pass
-
-    def event_logged(self, run_id: str, event: Event) -> None:
-        pass
-
-    def run_finished(self, run_id: str, terminal: Event, appended: int) -> None:
-        pass
 
 
 @dataclass
@@ -163,6 +105,7 @@ class Run:
     stop_reason: str | None = None
     fence: str | None = None
     progress: _Progress = field(default_factory=_Progress)
+    options: RunOptions | None = None
 
     async def wait(self) -> None:
         """Return once the run has written its terminal event."""
@@ -187,8 +130,8 @@ class RunManager:
         self._agent = agent
         self.approvals = approvals
         self._store = store
-        self._observer = observer or _NoObserver()
-        self._gate = gate or _NoGate()
+        self._observer = observer or NoObserver()
+        self._gate = gate or NoGate()
         self._default_max_turns = default_max_turns
         self._max_concurrent = max_concurrent
         self._runs: dict[str, Run] = {}
@@ -212,8 +155,15 @@ class RunManager:
         """``(session id, fence)`` of every local run holding a shared claim, to renew them."""
         return [(run.session.id, run.fence) for run in self._runs.values() if run.fence is not None]
 
-    async def start(self, session: Session, message: str, max_turns: int | None = None) -> Run:
-        """Start a query on ``session``; :class:`RunInProgress` if one runs already."""
+    async def start(
+        self,
+        session: Session,
+        message: str,
+        max_turns: int | None = None,
+        options: RunOptions | None = None,
+    ) -> Run:
+        """Start a query on ``session``; :class:`RunInProgress` if one runs already. ``options``
+        go to the agent as they are (see :class:`~service.core.options.RunOptions`)."""
         if session.id in self._runs:
             raise RunInProgress(session.id)
         if len(self._runs) >= self._max_concurrent:
@@ -223,9 +173,18 @@ class RunManager:
             session=session,
             message=message,
             max_turns=max_turns or self._default_max_turns,
+            options=options,
         )
-        self._gate.admit(session.owner)  # may refuse (a quota); from here on it is released
-        self._runs[session.id] = run
+        admitted = self._gate.admit(session.owner)  # may refuse (a quota)
+        if admitted is not None:
+            await admitted
+            if session.id in self._runs:  # another start won while the gate was asked
+                self._gate.release(session.owner)
+                raise RunInProgress(session.id)
+            if len(self._runs) >= self._max_concurrent:
+                self._gate.release(session.owner)
+                raise Overloaded(f"{self._max_concurrent} queries are already running")
+        self._runs[session.id] = run  # from here on the gate's slot is released by _forget
         self._idle.clear()
         try:
             session.run_message = message
@@ -258,12 +217,16 @@ class RunManager:
         run.task = asyncio.create_task(self._drive(run), name=f"run-{session.id}", context=context)
         return run
 
-    def _forget(self, run: Run) -> None:
+    def _forget(self, run: Run) -> Awaitable[None] | None:
+        """Drop the run from this instance and give its gate slot back; what the gate returned
+        (see :class:`RunGate`), to await when the release must be complete."""
+        released = None
         if self._runs.get(run.session.id) is run:
             del self._runs[run.session.id]
-            self._gate.release(run.session.owner)
+            released = self._gate.release(run.session.owner)
         if not self._runs:
             self._idle.set()
+        return released
 
     async def snapshot(self, session: Session) -> dict[str, Any]:
         """What a client needs to rebuild its view without the events: the conversation so far,
@@ -433,7 +396,7 @@ class RunManager:
         session = run.session
         desk = self.approvals
         if desk is None:
-            return self._agent.run(session.messages, run.message, run.max_turns)
+            return self._agent.run(session.messages, run.message, run.max_turns, run.options)
 
         async def approve(uses: Any) -> Any:
             if committer is not None:
@@ -441,13 +404,15 @@ class RunManager:
             return await desk.ask(session, run.fence, uses, lambda events: self._logged(run, events))
 
         approver: Approver = approve
-        return self._agent.run(session.messages, run.message, run.max_turns, approve=approver)  # type: ignore[call-arg]
+        return self._agent.run(  # type: ignore[call-arg]
+            session.messages, run.message, run.max_turns, run.options, approve=approver
+        )
 
     async def _finish(self, run: Run, terminal: Event) -> None:
         # Free the session before the terminal event is seen, so a client that reads `done`
         # may start its next query at once without a 409.
         session = run.session
-        self._forget(run)
+        released = self._forget(run)
         session.status = IDLE
         session.run_id, session.run_message, session.run_start_id = "", "", 0
         session.touch()
@@ -457,6 +422,8 @@ class RunManager:
             getattr(terminal, "code", None) or getattr(terminal, "stop_reason", None) or terminal.type,
             run.progress.turns,
         )
+        if released is not None:
+            await released  # the owner's slot is free everywhere before anyone reads the end
         with _suppress_store_errors(run):
             await self._store_finish(run, [StatusChange(status=IDLE), terminal])
 

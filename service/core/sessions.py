@@ -10,6 +10,7 @@ session, so that one query runs per session however many instances serve it.
 from __future__ import annotations
 
 import abc
+import re
 import secrets
 import time
 from collections import Counter
@@ -19,7 +20,8 @@ from typing import Any
 
 from service.core.events import Event, StatusChange, ToolApprovalRequest, ToolApprovalResponse, Usage
 from service.core.log import EventLog, LogEntry, MemoryEventLog
-from service.errors import QuotaExceeded, SessionLimitReached, SessionNotFound
+from service.core.records import SessionRecord
+from service.errors import QuotaExceeded, SessionExists, SessionLimitReached, SessionNotFound
 
 IDLE = "idle"
 RUNNING = "running"
@@ -115,12 +117,25 @@ def new_session_id() -> str:
     return secrets.token_urlsafe(16)
 
 
+# A session id a client may choose (an AI SDK chat id, an AG-UI thread id): the alphabet of
+# new_session_id's, so a chosen id and a made one live side by side.
+CLIENT_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
+
+
+def valid_client_id(session_id: str) -> bool:
+    """True for an id a client may choose for a session of its own."""
+    return CLIENT_ID.fullmatch(session_id) is not None
+
+
 class SessionStore(abc.ABC):
     """Where sessions live."""
 
     @abc.abstractmethod
-    async def create(self, *, ephemeral: bool = False, owner: str = "") -> Session:
-        """Make a new, idle session belonging to ``owner``."""
+    async def create(
+        self, *, ephemeral: bool = False, owner: str = "", session_id: str | None = None
+    ) -> Session:
+        """Make a new, idle session belonging to ``owner``, with a new id or ``session_id`` (a
+        client's choice, see :func:`valid_client_id`); :class:`SessionExists` if that one is taken."""
 
     @abc.abstractmethod
     async def get(self, session_id: str) -> Session:
@@ -134,6 +149,21 @@ class SessionStore(abc.ABC):
             raise SessionNotFound(session_id)
         return session
 
+    async def open(self, session_id: str, owner: str) -> Session:
+        """``owner``'s session of that (client-chosen) id, made on first use.
+
+        :class:`SessionNotFound` when another owner holds the id: its existence does not leak.
+        Two first uses at once make one session; the second reads the first's.
+        """
+        try:
+            return await self.get_owned(session_id, owner)
+        except SessionNotFound:
+            pass
+        try:
+            return await self.create(owner=owner, session_id=session_id)
+        except SessionExists:
+            return await self.get_owned(session_id, owner)
+
     @abc.abstractmethod
     async def delete(self, session_id: str) -> None:
         """Forget the session and close its log; :class:`SessionNotFound` if there is none."""
@@ -145,6 +175,11 @@ class SessionStore(abc.ABC):
     @abc.abstractmethod
     async def expire_idle(self, now: float | None = None) -> list[str]:
         """Drop sessions idle past the time-to-live; returns their ids."""
+
+    async def restore(self, record: SessionRecord) -> tuple[Session, bool]:
+        """Hold again a session loaded from the durable record, its log continuing after the
+        stored last id; returns it and whether this call put it back (False: it was held)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot restore sessions")
 
     # -- run coordination: the defaults suit a store that one process owns ------------------
 
@@ -218,7 +253,11 @@ class MemorySessionStore(SessionStore):
         self.max_per_owner = max_per_owner
         self.ttl_s = ttl_s
 
-    async def create(self, *, ephemeral: bool = False, owner: str = "") -> Session:
+    async def create(
+        self, *, ephemeral: bool = False, owner: str = "", session_id: str | None = None
+    ) -> Session:
+        if session_id is not None and session_id in self._sessions:
+            raise SessionExists(session_id)
         if len(self._sessions) >= self.max_sessions:
             await self.expire_idle()
             if len(self._sessions) >= self.max_sessions:
@@ -228,11 +267,31 @@ class MemorySessionStore(SessionStore):
             await self.expire_idle()
             if self._owned[owner] >= limit:
                 raise session_quota_exceeded(limit)
-        session = Session(id=new_session_id(), log=self._log_factory(), ephemeral=ephemeral, owner=owner)
+        session = Session(
+            id=session_id or new_session_id(), log=self._log_factory(), ephemeral=ephemeral, owner=owner
+        )
         self._sessions[session.id] = session
         if not ephemeral:
             self._owned[owner] += 1
         return session
+
+    async def restore(self, record: SessionRecord) -> tuple[Session, bool]:
+        held = self._sessions.get(record.id)
+        if held is not None:
+            return held, False
+        log = self._log_factory()
+        log.resume_after(record.last_event_id)
+        session = Session(
+            id=record.id,
+            log=log,
+            messages=list(record.messages),
+            owner=record.owner,
+            usage=record.usage,
+            created_at=record.created_at,
+        )
+        self._sessions[session.id] = session
+        self._owned[session.owner] += 1
+        return session, True
 
     async def get(self, session_id: str) -> Session:
         try:

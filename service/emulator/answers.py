@@ -5,6 +5,7 @@ All of it is deterministic, so a run can be repeated word for word.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from service.emulator.arithmetic import extract_expression, square_root_operand
@@ -38,6 +39,12 @@ _REASONING_WORDS = ("Let", "me", "think", "this", "through", "step", "by", "step
 def word_deltas(words: list[str]) -> list[str]:
     """Text deltas for ``words``: each after the first carries its leading space."""
     return [word if i == 0 else f" {word}" for i, word in enumerate(words)]
+
+
+def said_deltas(text: str) -> list[str]:
+    """``text`` as deltas of one word each with the white space after it (newlines kept), so the
+    deltas join to exactly ``text``."""
+    return re.findall(r"^\s+|\S+\s*", text)
 
 
 def reasoning_deltas() -> list[str]:

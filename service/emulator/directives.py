@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from typing import Any
+from urllib.parse import unquote
 
 from service.emulator.steps import HttpError
 
@@ -63,14 +64,21 @@ def float_value(directives: dict[str, str], name: str) -> float | None:
     return value if value >= 0 else None
 
 
-def tool_input(directives: dict[str, str]) -> dict[str, Any]:
-    """The input a ``tool`` directive's calls get: the ``tool_input`` directive's JSON object
-    (``[emu:tool_input={"expression": "6*7"}]``), or ``{}`` when it is absent or not an object."""
+def json_object_value(directives: dict[str, str], name: str) -> dict[str, Any]:
+    """The directive's value read as a JSON object, or ``{}`` when it is absent, malformed or
+    not an object (``[emu:tool_input={"city": "Paris"}]``; a value cannot hold a ``]``)."""
     try:
-        value = json.loads(directives.get("tool_input") or "{}")
-    except ValueError:
+        value = json.loads(directives[name])
+    except (KeyError, ValueError, RecursionError):
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def said_text(directives: dict[str, str]) -> str | None:
+    """The answer ``[emu:say=TEXT]`` dictates, percent-decoded (``%0A`` a newline, ``%5D`` a
+    ``]``, which a directive cannot hold as is); None without one."""
+    raw = directives.get("say")
+    return None if raw is None else unquote(raw)
 
 
 def exception_name(name: str) -> str:

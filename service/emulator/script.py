@@ -26,6 +26,7 @@ from service.emulator.answers import (
     answer_words,
     plan_text,
     reasoning_deltas,
+    said_deltas,
     tool_result_answer,
     wants_plan,
     word_deltas,
@@ -38,9 +39,10 @@ from service.emulator.directives import (
     float_value,
     http_error_for,
     int_value,
+    json_object_value,
     parse_directives,
+    said_text,
     strip_directives,
-    tool_input,
 )
 from service.emulator.request import content_blocks, count_input_tokens, tool_names, tool_results, user_prompt
 from service.emulator.steps import (
@@ -139,10 +141,17 @@ def _invalid(message: str) -> Plan:
     return Plan(http_error=HttpError(400, "ValidationException", message))
 
 
-def plan_response(body: Any, *, default_tokens: int = DEFAULT_ANSWER_TOKENS, attempt: int = 1) -> Plan:
+# Bedrock's words when a request is longer than the model's context window.
+INPUT_TOO_LONG = "Input is too long for requested model."
+
+
+def plan_response(
+    body: Any, *, default_tokens: int = DEFAULT_ANSWER_TOKENS, attempt: int = 1, context_tokens: int = 0
+) -> Plan:
     """Decide the whole response to one ConverseStream request body.
 
-    ``attempt`` counts identical requests (a client retrying): with ``[emu:fail_times=N]`` the
+    With ``context_tokens``, a request of more input tokens than that is refused as Bedrock
+    refuses one past the model's window (a ValidationException). ``attempt`` counts identical requests (a client retrying): with ``[emu:fail_times=N]`` the
     directive's failure (``http``, ``fail``, ``throttle``, ``stall``) applies to the first N
     attempts only, and later ones are answered normally.
     """
@@ -152,6 +161,8 @@ def plan_response(body: Any, *, default_tokens: int = DEFAULT_ANSWER_TOKENS, att
     if not isinstance(messages, list) or not messages:
         return _invalid("The request must hold a non-empty 'messages' list.")
 
+    if context_tokens and count_input_tokens(body) > context_tokens:
+        return _invalid(INPUT_TOO_LONG)
     prompt = user_prompt(messages)
     directives = parse_directives(prompt)
     question = strip_directives(prompt)
@@ -168,14 +179,13 @@ def plan_response(body: Any, *, default_tokens: int = DEFAULT_ANSWER_TOKENS, att
     if "reasoning" in directives:
         builder.reasoning()
 
-    calls, text = _decide(body, messages, directives, question, default_tokens)
+    calls, deltas = _decide(body, messages, directives, question, default_tokens)
     stop_reason = "end_turn"
     if calls:
         for call in calls:
             builder.tool_use(call)
         stop_reason = "tool_use"
     else:
-        deltas = word_deltas(text)
         limit: int | None = None
         if "max_tokens" in directives:
             limit = MAX_TOKENS_DIRECTIVE_DELTAS
@@ -223,27 +233,30 @@ def _decide(
     question: str,
     default_tokens: int,
 ) -> tuple[list[_ToolCall], list[str]]:
-    """The decision table: tool calls to make, or else the words of a text answer."""
+    """The decision table: tool calls to make, or else the text deltas of an answer."""
     if wants_plan(body):
-        return [], plan_text(question).split()
+        return [], word_deltas(plan_text(question).split())
     last = messages[-1]
     from_user = isinstance(last, dict) and last.get("role") == "user"
     results = tool_results(content_blocks(last)) if from_user else []
     if results:
         if "loop" in directives:
             return [_ToolCall(CALCULATOR, {"expression": "1+1"})], []
-        return [], tool_result_answer(results, question).split()
+        return [], word_deltas(tool_result_answer(results, question).split())
     if directives.get("tool"):
         # One call per comma-separated name, each with the ``tool_input`` directive's JSON object.
         names = [name.strip() for name in directives["tool"].split(",") if name.strip()]
-        return [_ToolCall(name, tool_input(directives)) for name in names], []
+        return [_ToolCall(name, json_object_value(directives, "tool_input")) for name in names], []
     tools_count = int_value(directives, "tools", None)
     if tools_count is not None and tools_count >= 1:
         return [_ToolCall(CALCULATOR, {"expression": f"{k}+{k}"}) for k in range(1, tools_count + 1)], []
     if "loop" in directives:
         return [_ToolCall(CALCULATOR, {"expression": "1+1"})], []
+    said = said_text(directives)
+    if said is not None:  # a dictated answer, even to an arithmetic question
+        return [], said_deltas(said)
     expression = extract_expression(question)
     if expression is not None and CALCULATOR in tool_names(body):
         return [_ToolCall(CALCULATOR, {"expression": expression})], []
     count = int_value(directives, "tokens", default_tokens)
-    return [], answer_words(question, max(0, count if count is not None else default_tokens))
+    return [], word_deltas(answer_words(question, max(0, count if count is not None else default_tokens)))

@@ -41,6 +41,9 @@ class EmulatorConfig:
     tokens_per_second: float = 0.0
     default_tokens: int = DEFAULT_ANSWER_TOKENS
     max_records: int = DEFAULT_MAX_RECORDS
+    # The model's context window in input tokens (as the emulator counts them); a longer request
+    # is refused with Bedrock's ValidationException. 0: no limit.
+    context_tokens: int = 0
 
 
 @dataclass(slots=True)
@@ -163,7 +166,12 @@ async def _converse_stream(request: web.Request) -> web.StreamResponse:
     except ValueError:
         plan = Plan(http_error=HttpError(400, "ValidationException", "The request body is not valid JSON."))
     else:
-        plan = plan_response(body, default_tokens=config.default_tokens, attempt=_attempt(app, raw))
+        plan = plan_response(
+            body,
+            default_tokens=config.default_tokens,
+            attempt=_attempt(app, raw),
+            context_tokens=config.context_tokens,
+        )
 
     record = store.open(request.match_info["modelId"], plan.user_text)
     if plan.http_error is not None:
@@ -263,7 +271,10 @@ async def _chat_completions(request: web.Request) -> web.StreamResponse:
             plan = Plan(http_error=HttpError(400, "ValidationException", message))
         else:
             plan = plan_response(
-                bedrock_request(body), default_tokens=config.default_tokens, attempt=_attempt(app, raw)
+                bedrock_request(body),
+                default_tokens=config.default_tokens,
+                attempt=_attempt(app, raw),
+                context_tokens=config.context_tokens,
             )
     model = body.get("model") if isinstance(body, dict) and isinstance(body.get("model"), str) else ""
 

@@ -37,11 +37,27 @@ from aiobotocore.session import AioSession
 
 from service.core.events import Event
 from service.errors import ProviderError
+from service.providers.admission import Admission
 from service.providers.base import ModelRequest, TurnResult, alternate_roles, parse_stream
 from service.providers.bedrock_events import FrameDecoder, fast_event
 from service.providers.bedrock_stream import BedrockStreamParser, stream_error_from_exception
 
 SERVICE = "bedrock-runtime"
+
+
+def _tool_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """A tool spec (``name``, ``description``, ``input_schema``) as a ConverseStream ``toolSpec``.
+
+    A client's tools may come without a description (OpenAI's is optional) or a schema; Bedrock
+    refuses an empty description, so none is sent then, and a missing schema takes no input.
+    """
+    out: dict[str, Any] = {
+        "name": spec["name"],
+        "inputSchema": {"json": spec.get("input_schema") or {"type": "object", "properties": {}}},
+    }
+    if spec.get("description"):
+        out["description"] = spec["description"]
+    return out
 
 
 def _keepalive_socket(addr_info: Any) -> socket.socket:
@@ -96,6 +112,7 @@ class BedrockProvider:
         # The service model and endpoint rules are files: read them now, at start, rather than
         # on the event loop when the first request makes the client.
         self._session.warm_up_loader_caches(SERVICE)
+        self.admission = Admission()
         self._client: Any = None
         self._client_lock = asyncio.Lock()
         self._exit_stack = contextlib.AsyncExitStack()
@@ -128,18 +145,7 @@ class BedrockProvider:
         if request.system:
             kwargs["system"] = [{"text": request.system}]
         if request.tool_specs:
-            kwargs["toolConfig"] = {
-                "tools": [
-                    {
-                        "toolSpec": {
-                            "name": spec["name"],
-                            "description": spec["description"],
-                            "inputSchema": {"json": spec["input_schema"]},
-                        }
-                    }
-                    for spec in request.tool_specs
-                ]
-            }
+            kwargs["toolConfig"] = {"tools": [{"toolSpec": _tool_spec(spec)} for spec in request.tool_specs]}
         return kwargs
 
     async def start(self) -> None:
@@ -161,6 +167,7 @@ class BedrockProvider:
 
     async def raw_stream(self, request: ModelRequest) -> AsyncGenerator[dict[str, Any], None]:
         """Yield ConverseStream events; errors are raised as :class:`ProviderError`."""
+        await self.admission.enter()  # a burst of new requests starts a few per loop turn
         kwargs = self.request_kwargs(request)
         self._opened()
         events: Any = None

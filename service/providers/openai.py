@@ -31,6 +31,7 @@ import aiohttp
 from service.core.events import Event
 from service.errors import ProviderError
 from service.providers import upstream_json
+from service.providers.admission import Admission
 from service.providers.base import ModelRequest, TurnResult, parse_stream
 from service.providers.openai_stream import DONE, OpenAIStreamParser, SSELineReader, decode_data
 
@@ -253,6 +254,7 @@ class OpenAIProvider:
             self._headers["Authorization"] = f"Bearer {api_key}"
         self._session: aiohttp.ClientSession | None = None
         self._active = 0
+        self.admission = Admission()
 
     @property
     def active_streams(self) -> int:
@@ -290,6 +292,7 @@ class OpenAIProvider:
 
     async def raw_stream(self, request: ModelRequest) -> AsyncGenerator[dict[str, Any] | str, None]:
         """Yield the stream's chunks and finally ``"[DONE]"``; errors are raised as ProviderError."""
+        await self.admission.enter()  # a burst of new requests starts a few per loop turn
         payload = json.dumps(self.request_body(request)).encode("utf-8")
         session = self._client()
         self._active += 1

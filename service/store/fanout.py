@@ -1,5 +1,12 @@
 """The one reader per instance: a blocking ``XREAD`` over the logs its clients follow, decoding each
-new entry once into a shared in-memory tail and waking the local subscribers."""
+new entry once into a shared in-memory tail and waking the local subscribers.
+
+A log whose query runs on this instance is kept current by the instance's own appends
+(:meth:`Tail.stored`), so the reader leaves it out of its ``XREAD`` while they go on: Redis does not
+send the run's tokens back to the instance that wrote them. The log comes back into the read
+:data:`LOCAL_QUIET_S` after the last local append, or at once when an append finds that another
+instance wrote in between (a gap before its ids).
+"""
 
 from __future__ import annotations
 
@@ -36,6 +43,9 @@ from service.store.connection import (
 
 log = logging.getLogger(__name__)
 
+# How long after this instance's last append to a log the reader leaves that log out of its XREAD.
+LOCAL_QUIET_S = 0.25
+
 
 class Tail:
     """One followed log on this instance: the newest entries, decoded once, and a wake-up."""
@@ -52,6 +62,8 @@ class Tail:
         "status",
         "appended",
         "pending",
+        "local_until",
+        "regap",
     )
 
     def __init__(self, session_id: str, key: str, cursor: int, status: str) -> None:
@@ -69,6 +81,10 @@ class Tail:
         # JSON: the reader takes these instead of decoding the same JSON again.
         self.appended: dict[int, LogEntry] = {}
         self.pending: dict[str, Event] = {}
+        # Until when (time.monotonic()) this instance's own appends keep the tail current, so the
+        # reader need not read the log; ``regap`` is called when an append finds a gap.
+        self.local_until = 0.0
+        self.regap: Any = None
 
     def wake(self) -> None:
         self.wakeup.notify()
@@ -85,11 +101,21 @@ class Tail:
         """Entries this instance has just appended. When they follow the cursor they are the
         subscribers' at once (a round trip sooner than through the reader, which then skips
         them); otherwise the reader takes them when it gets there."""
-        if entries[0].id == self.cursor + 1 and not self.closed and self.failed is None:
-            for entry in entries:
+        if entries[0].id <= self.cursor + 1 and not self.closed and self.failed is None:
+            # Following the cursor, or partly read already by the reader (it can be quicker
+            # than the append's reply): the rest are the subscribers' now.
+            fresh = [entry for entry in entries if entry.id > self.cursor]
+            for entry in fresh:
                 self.take(entry)
-            self.wake()
+            if fresh:
+                self.wake()
+            self.local_until = time.monotonic() + LOCAL_QUIET_S
             return
+        if self.local_until:
+            # Another instance wrote in between: the reader must read this log again, now.
+            self.local_until = 0.0
+            if self.regap is not None:
+                self.regap()
         appended = self.appended
         for entry in entries:
             if entry.id > self.cursor and len(appended) < TAIL_ENTRIES:
@@ -126,6 +152,7 @@ class Fanout:
         self.subscribers = 0
         self._subscribers_changed = asyncio.Event()
         self._connection: Connection | None = None  # the reader's own, for its blocking XREAD
+        self._pokes: set[asyncio.Task[None]] = set()
 
     def _count(self, change: int) -> None:
         self.subscribers += change
@@ -149,6 +176,7 @@ class Fanout:
             tail = self.tails.get(session_id)  # another subscriber may have won the race
             if tail is None:
                 tail = Tail(session_id, backend.log_key(session_id), last, status)
+                tail.regap = self._regap
                 self.tails[session_id] = tail
                 self._by_key[tail.key] = tail
                 await self._poke()
@@ -162,6 +190,19 @@ class Fanout:
             del self.tails[tail.session_id]
             self._by_key.pop(tail.key, None)
         self._count(-1)
+
+    def reread(self, session_id: str) -> None:
+        """This instance wrote to the log other than through its appends (a script that ends or
+        claims a query): the reader reads it again now if it had left it out."""
+        tail = self.tails.get(session_id)
+        if tail is not None and tail.local_until:
+            tail.local_until = 0.0
+            self._regap()
+
+    def _regap(self) -> None:
+        task = asyncio.get_running_loop().create_task(self._poke())
+        self._pokes.add(task)
+        task.add_done_callback(self._pokes.discard)
 
     async def _poke(self) -> None:
         """Make the blocked XREAD return, so it picks up a newly followed log."""
@@ -177,13 +218,24 @@ class Fanout:
         self.tails.clear()
         self._by_key.clear()
 
+    def streams(self) -> tuple[dict[str, str], float]:
+        """What the next ``XREAD`` reads (key -> the id after which) and how long it may block."""
+        streams: dict[str, str] = {self._wake_key: self._wake_cursor}
+        now = time.monotonic()
+        block = self._check_interval
+        for tail in self.tails.values():
+            if tail.local_until > now:
+                # Kept current by this instance's appends: read again once they pause.
+                block = min(block, tail.local_until - now)
+            else:
+                streams[tail.key] = f"{tail.cursor}-0"
+        return streams, block
+
     async def run(self) -> None:
         backend = self.backend
         delay = 0.05
         while not backend.stopping:
-            streams: dict[str, str] = {self._wake_key: self._wake_cursor}
-            for tail in self.tails.values():
-                streams[tail.key] = f"{tail.cursor}-0"
+            streams, block = self.streams()
             try:
                 if self._wake_cursor == "$":
                     # Learn the wake stream's position first, so no poke is missed later.
@@ -198,7 +250,7 @@ class Fanout:
                     "COUNT",
                     READ_BATCH,
                     "BLOCK",
-                    int(self._check_interval * 1000),
+                    max(1, int(block * 1000)),
                     "STREAMS",
                     *streams,
                     *streams.values(),

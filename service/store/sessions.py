@@ -21,6 +21,7 @@ from service.core.events import (
     is_terminal,
 )
 from service.core.log import LogEntry, entry_bytes
+from service.core.records import SessionRecord
 from service.core.sessions import (
     APPROVED,
     DENIED,
@@ -33,7 +34,14 @@ from service.core.sessions import (
     new_session_id,
     session_quota_exceeded,
 )
-from service.errors import RunInProgress, RunLost, SessionLimitReached, SessionNotFound, StoreUnavailable
+from service.errors import (
+    RunInProgress,
+    RunLost,
+    SessionExists,
+    SessionLimitReached,
+    SessionNotFound,
+    StoreUnavailable,
+)
 from service.store.backend import RedisBackend
 from service.store.log import RedisEventLog
 
@@ -57,11 +65,13 @@ class RedisSessionStore(SessionStore):
     def _is_local(self, session: Session) -> bool:
         return session.ephemeral
 
-    async def create(self, *, ephemeral: bool = False, owner: str = "") -> Session:
+    async def create(
+        self, *, ephemeral: bool = False, owner: str = "", session_id: str | None = None
+    ) -> Session:
         if ephemeral:
-            return await self.local.create(ephemeral=True, owner=owner)
+            return await self.local.create(ephemeral=True, owner=owner, session_id=session_id)
         backend = self.backend
-        session_id = new_session_id()
+        session_id = session_id or new_session_id()
         created = time.time()
         try:
             async with backend.call():
@@ -83,6 +93,8 @@ class RedisSessionStore(SessionStore):
                 raise SessionLimitReached(f"{backend.max_sessions} sessions are open") from None
             if "OWNERLIMIT" in str(exc):
                 raise session_quota_exceeded(self.max_per_owner) from None
+            if "EXISTS" in str(exc):
+                raise SessionExists(session_id) from None
             raise
         return Session(id=session_id, log=RedisEventLog(backend, session_id), owner=owner, created_at=created)
 
@@ -122,6 +134,25 @@ class RedisSessionStore(SessionStore):
             approval_requests=dict(sorted(requests.items(), key=lambda item: item[1].expires_at)),
         )
 
+    async def restore(self, record: SessionRecord) -> tuple[Session, bool]:
+        backend = self.backend
+        now = time.time()
+        async with backend.call():
+            fresh = await backend.scripts["RESTORE"](
+                keys=[backend.meta_key(record.id), backend.log_key(record.id), backend.sessions_key],
+                args=[
+                    record.id,
+                    record.owner,
+                    f"{record.created_at:.6f}",
+                    backend.session_ttl_ms,
+                    int(now * 1000),
+                    json.dumps(record.messages, separators=(",", ":")),
+                    record.usage.model_dump_json(),
+                    record.last_event_id,
+                ],
+            )
+        return await self.get(record.id), bool(fresh)
+
     async def delete(self, session_id: str) -> None:
         with contextlib.suppress(SessionNotFound):
             await self.local.delete(session_id)
@@ -130,6 +161,7 @@ class RedisSessionStore(SessionStore):
         keys = [*backend.session_keys(session_id), backend.sessions_key]
         async with backend.call():
             deleted = await backend.scripts["DELETE"](keys=keys, args=[session_id, f"{time.time():.6f}"])
+        backend.fanout.reread(session_id)  # the mark of the deletion comes through the reader
         if not deleted:
             raise SessionNotFound(session_id)
 
@@ -175,6 +207,7 @@ class RedisSessionStore(SessionStore):
             if "NOSESSION" in str(exc):
                 raise SessionNotFound(session.id) from None
             raise
+        backend.fanout.reread(session.id)  # an interrupted query's ending comes through the reader
         # The run continues the conversation as it stands now, not as this copy was read.
         session.messages[:] = json.loads(messages or "[]")
         return fence
@@ -201,6 +234,7 @@ class RedisSessionStore(SessionStore):
         async def finish() -> None:
             async with backend.call():
                 await backend.scripts["FINISH"](keys=keys, args=args)
+            backend.fanout.reread(session.id)  # its last events come through the reader
 
         try:
             # Tried again through a short outage, like the run's appends: the script knows a
@@ -242,10 +276,14 @@ class RedisSessionStore(SessionStore):
             session.approval_requests[request.approval_id] = request
         session.status = status
         first = last_id - len(events) + 1
-        return [
+        entries = [
             LogEntry(first + n, event, size, ts)
             for n, (event, size) in enumerate(zip(events, sizes, strict=True))
         ]
+        tail = backend.fanout.tails.get(session.id)
+        if tail is not None:
+            tail.stored(entries)  # as an append's: the followers have them at once
+        return entries
 
     async def answer_approval(self, session: Session, response: ToolApprovalResponse) -> str | None:
         if self._is_local(session):
@@ -267,6 +305,7 @@ class RedisSessionStore(SessionStore):
             if "NOSESSION" in str(exc):
                 raise SessionNotFound(session.id) from None
             raise
+        backend.fanout.reread(session.id)  # the answer comes to this instance's followers through the reader
         return None if taken == "ok" else str(taken)
 
     async def cancel_elsewhere(self, session_id: str) -> bool:

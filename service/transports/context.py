@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
 from service.config import Settings
+from service.core.options import RunOptions
 from service.core.runs import RunManager
 from service.core.sessions import Session, SessionStore
 from service.errors import SessionNotFound
@@ -55,15 +56,15 @@ class Context:
     # approver's edited input is checked before the tool gets it; the app wires the tools'.
     tool_schema: Callable[[str], dict[str, Any] | None] = field(default=lambda name: None)
 
-    @contextlib.contextmanager
-    def stream_slot(self, transport: str, owner: str | None = None) -> Iterator[None]:
+    @contextlib.asynccontextmanager
+    async def stream_slot(self, transport: str, owner: str | None = None) -> AsyncIterator[None]:
         """Count a streaming connection for as long as the block runs; with ``owner``, it also
         holds one of that owner's stream slots (``AGENT_QUOTA_STREAMS``) and one of the instance's
         (``AGENT_MAX_STREAMS``): entering raises :class:`~service.errors.QuotaExceeded` (a 429) or
         :class:`~service.errors.StreamLimitReached` (a 503) when none is free, so enter before the
         response starts."""
         if owner is not None:
-            self.quotas.acquire_stream(owner)
+            await self.quotas.open_stream(owner)
         gauge = self.metrics.connections.labels(transport)
         gauge.inc()
         try:
@@ -71,13 +72,24 @@ class Context:
         finally:
             gauge.dec()
             if owner is not None:
-                self.quotas.release_stream(owner)
+                await self.quotas.close_stream(owner)
 
-    async def start_ephemeral(self, message: str, max_turns: int | None, owner: str = "") -> Session:
-        """A short-lived session (``POST /agent/stream``, a WebSocket ``run``) with its query started."""
+    async def start_ephemeral(
+        self,
+        message: str,
+        max_turns: int | None,
+        owner: str = "",
+        *,
+        messages: list[dict[str, Any]] | None = None,
+        options: RunOptions | None = None,
+    ) -> Session:
+        """A short-lived session (``POST /agent/stream``, a WebSocket ``run``, a chat completion)
+        with its query started; ``messages`` is the conversation it starts from, if any."""
         session = await self.sessions.create(ephemeral=True, owner=owner)
+        if messages:
+            session.messages = messages
         try:
-            await self.runs.start(session, message, max_turns)
+            await self.runs.start(session, message, max_turns, options)
         except BaseException:
             await self.sessions.delete(session.id)
             raise

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from service.core.events import (
+    ContextTrimmed,
     Event,
     PlanCreated,
     ReasoningDelta,
@@ -166,6 +167,15 @@ def session(event: Event) -> payloads.SessionPayload:
         }
     if isinstance(event, PlanCreated):
         return {"type": "plan", "plan": event.plan, "usage": usage_dict(event.usage)}
+    if isinstance(event, ContextTrimmed):
+        return {
+            "type": "context_trimmed",
+            "turn": event.turn,
+            "dropped_messages": event.dropped_messages,
+            "kept_messages": event.kept_messages,
+            "estimated_tokens": event.estimated_tokens,
+            "max_tokens": event.max_tokens,
+        }
     if isinstance(event, StepCompleted):
         return {
             "type": "step",
@@ -368,6 +378,7 @@ def _default(value: Any) -> Any:
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=_default)
 # A string as JSON, as _ENCODER writes it (ensure_ascii=False).
 _string = json.encoder.encode_basestring
+quote = _string  # the same, for the dialects that live in modules of their own
 
 
 def dumps(payload: Any) -> str:

@@ -60,6 +60,14 @@ class AgentRequest(BaseModel):
     max_turns: MaxTurns = None
 
 
+class TitleRequest(BaseModel):
+    """Body of ``PATCH /sessions/{id}``."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    title: Annotated[Text, Field(max_length=200)]
+
+
 class MessageRequest(BaseModel):
     """Body of ``POST /sessions/{id}/messages``."""
 

@@ -46,6 +46,7 @@ def json_error(status: int, message: str, **extra: Any) -> web.HTTPException:
         web.HTTPRequestEntityTooLarge,
         web.HTTPUnprocessableEntity,
         web.HTTPServiceUnavailable,
+        web.HTTPNotImplemented,
     ):
         if candidate.status_code == status:
             cls = candidate

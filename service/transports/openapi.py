@@ -18,7 +18,9 @@ from typing import Any
 from aiohttp import web
 
 from service.config import Settings
+from service.transports import openapi_protocols
 from service.transports.context import CONTEXT
+from service.transports.openapi_chat import chat_paths
 from service.transports.openapi_components import (
     JSON,
     RETRY_AFTER,
@@ -43,7 +45,9 @@ already running, 410 events purged, 413 body too large, 422 a JSON body of the w
 `details` naming each field), 429 over a key's quota (when quotas are set; with `Retry-After`),
 503 a dependency down or the service at a limit (with `Retry-After`). A failure after a stream
 has started is an `error` event, never a broken connection. Limits shown in this document
-(lengths, sizes) are this instance's settings.
+(lengths, sizes) are this instance's settings. The `/v1` routes (OpenAI Chat Completions) answer
+every error in OpenAI's shape instead, `{"error": {"message", "type", "code", "param"}}`, a wrong
+shape as a 400.
 
 **Access.** With `AGENT_API_KEYS` set, every route but `/healthz`, `/openapi.json` and the page
 needs a key: `Authorization: Bearer <key>`, or a token from `POST /auth/token` (as a Bearer value,
@@ -125,6 +129,31 @@ def build_spec(settings: Settings) -> dict[str, Any]:
             }
         },
         "/sessions": {
+            "get": {
+                "operationId": "listSessions",
+                "summary": "The caller's sessions, last updated first (needs the session database)",
+                "parameters": [
+                    {
+                        "name": "limit",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "integer", "minimum": 1, "description": "at most 100; default 20"},
+                    },
+                    {
+                        "name": "before",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "string", "description": "`next_before` of the page before"},
+                    },
+                ],
+                "responses": {
+                    "200": json_reply("A page of sessions.", "SessionList"),
+                    "400": error("`limit` is not a positive integer, or `before` is not a cursor of ours."),
+                    "501": error("`AGENT_DATABASE_URL` is empty: no session database to list from."),
+                    **common,
+                    **refs("Unavailable"),
+                },
+            },
             "post": {
                 "operationId": "createSession",
                 "summary": "Create a session",
@@ -136,7 +165,7 @@ def build_spec(settings: Settings) -> dict[str, Any]:
                     **common,
                     **refs("Unavailable"),
                 },
-            }
+            },
         },
         "/sessions/{session_id}": {
             "parameters": [session],
@@ -145,6 +174,18 @@ def build_spec(settings: Settings) -> dict[str, Any]:
                 "summary": "A session's status and conversation",
                 "responses": {
                     "200": json_reply("The session.", "Session"),
+                    **common,
+                    **refs("NotFound", "Unavailable"),
+                },
+            },
+            "patch": {
+                "operationId": "renameSession",
+                "summary": "Rename a session (needs the session database)",
+                "requestBody": body(ref("TitleRequest")),
+                "responses": {
+                    "200": json_reply("Renamed.", "SessionRenamed"),
+                    **json_body,
+                    "501": error("`AGENT_DATABASE_URL` is empty: no session database."),
                     **common,
                     **refs("NotFound", "Unavailable"),
                 },
@@ -427,12 +468,16 @@ def build_spec(settings: Settings) -> dict[str, Any]:
             }
         },
     }
+    paths.update(openapi_protocols.paths(settings, common))
+    parts = components(settings)
+    parts["schemas"].update(openapi_protocols.schemas())
+    paths.update(chat_paths(settings))
     return {
         "openapi": "3.1.0",
         "info": {"title": "agentstream", "version": "0.1.0", "description": DESCRIPTION},
         "security": [{}, {"bearer": []}, {"token": []}, {"cookie": []}],
         "paths": paths,
-        "components": components(settings),
+        "components": parts,
     }
 
 

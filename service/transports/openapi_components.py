@@ -17,8 +17,8 @@ from pydantic import TypeAdapter
 from pydantic.json_schema import JsonSchemaMode
 
 from service.config import Settings
-from service.transports import payloads, replies
-from service.transports.inputs import AgentRequest, ApprovalAnswer, MessageRequest
+from service.transports import openai_types, payloads, replies
+from service.transports.inputs import AgentRequest, ApprovalAnswer, MessageRequest, TitleRequest
 
 JSON = "application/json"
 SSE = "text/event-stream"
@@ -37,6 +37,9 @@ NAMED: tuple[Any, ...] = (
     replies.AgentRunFailure,
     replies.SessionCreated,
     replies.Session,
+    replies.SessionList,
+    replies.SessionRenamed,
+    TitleRequest,
     replies.MessageAccepted,
     replies.CancelAccepted,
     replies.Poll,
@@ -47,6 +50,12 @@ NAMED: tuple[Any, ...] = (
     payloads.SessionStreamEvent,
     payloads.StepsEvent,
     payloads.SelftestEvent,
+    openai_types.ChatCompletionRequest,
+    openai_types.ChatCompletion,
+    openai_types.ChatStreamData,
+    openai_types.ChatModelList,
+    openai_types.ChatModel,
+    openai_types.ChatError,
 )
 
 

@@ -260,6 +260,18 @@ class TurnUsage(Logged):
     latency_ms: int | None
 
 
+class ContextTrimmed(Logged):
+    """The oldest whole turns of the conversation were left out of what the model was sent,
+    to keep within `AGENT_CONTEXT_MAX_TOKENS`; the session still holds them."""
+
+    type: Literal["context_trimmed"]
+    turn: int
+    dropped_messages: Count
+    kept_messages: Count
+    estimated_tokens: Count
+    max_tokens: Count
+
+
 class Plan(Logged):
     """The model wrote a plan before acting."""
 
@@ -320,6 +332,7 @@ SessionPayload = TypeAliasType(
         | ToolUse
         | SessionToolResult
         | TurnUsage
+        | ContextTrimmed
         | Plan
         | Step
         | SessionDone

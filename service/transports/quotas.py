@@ -28,9 +28,12 @@ the socket stays open. What needs no key (``/healthz``, the browser page and its
 not counted, so a page shared by many users under keys is never refused; requests without a valid
 key are refused (401) before they are counted; refused attempts do not count.
 
-The counters live in this process's memory. With several instances (``AGENT_REDIS_URL``), each
-instance enforces the quotas on the work it serves itself: a key spread over N instances by a
-balancer may use up to N times each quota in all. The clock (``clock``, epoch seconds) is
+The counters of this class live in this process's memory. With keys configured and several
+instances on one Redis (``AGENT_REDIS_URL``), :class:`~service.transports.shared_quotas.SharedQuotas`
+(the same interface) keeps them in Redis, so each key's quotas hold across every instance
+together. The transports call the ``async`` methods (:meth:`Quotas.count_request`,
+:meth:`Quotas.open_stream`, :meth:`Quotas.close_stream`, and the run gate's ``admit``); the
+synchronous ones are this process's own counting. The clock (``clock``, epoch seconds) is
 injectable, so tests move time instead of sleeping.
 """
 
@@ -148,6 +151,21 @@ class Quotas:
             return 0
         return state.tokens
 
+    # -- what the transports call ---------------------------------------------------------
+
+    async def count_request(self, owner: str) -> None:
+        """:meth:`check_request`, as the transports call it (shared quotas ask Redis)."""
+        self.check_request(owner)
+
+    async def open_stream(self, owner: str) -> None:
+        """:meth:`acquire_stream`, as the transports call it (shared quotas ask Redis)."""
+        self.acquire_stream(owner)
+
+    async def close_stream(self, owner: str) -> None:
+        """:meth:`release_stream`, as the transports call it: returns once the slot is free for
+        the owner's next stream (on shared quotas, on every instance)."""
+        self.release_stream(owner)
+
     # -- requests per minute ---------------------------------------------------------------
 
     def check_request(self, owner: str) -> None:
@@ -166,18 +184,22 @@ class Quotas:
             state.requests -= seconds.popleft()[1]
         if state.requests >= limit:
             # Free again once enough of the oldest seconds have left the window.
-            retry_after = max(1, math.ceil(self._frees_at(seconds, state.requests - limit + 1) - now))
-            raise QuotaExceeded(
-                f"too many requests for this API key: at most {limit} per minute; retry in {retry_after} s",
-                quota=REQUESTS_PER_MINUTE,
-                limit=limit,
-                retry_after=retry_after,
-            )
+            raise self._requests_refused(self._frees_at(seconds, state.requests - limit + 1), now)
         if seconds and seconds[-1][0] == second:
             seconds[-1][1] += 1
         else:
             seconds.append([second, 1])
         state.requests += 1
+
+    def _requests_refused(self, frees_at: float, now: float) -> QuotaExceeded:
+        limit = self.requests_per_minute
+        retry_after = max(1, math.ceil(frees_at - now))
+        return QuotaExceeded(
+            f"too many requests for this API key: at most {limit} per minute; retry in {retry_after} s",
+            quota=REQUESTS_PER_MINUTE,
+            limit=limit,
+            retry_after=retry_after,
+        )
 
     @staticmethod
     def _frees_at(seconds: deque[list[int]], excess: int) -> int:
@@ -193,18 +215,25 @@ class Quotas:
     def acquire_stream(self, owner: str) -> None:
         """Take one of ``owner``'s stream slots; :class:`QuotaExceeded` when none is free, and
         :class:`StreamLimitReached` when the instance holds ``max_streams`` already."""
+        self._check_instance_streams()
+        if self.streams and self.open_streams(owner) >= self.streams:
+            raise self._streams_refused()
+        self._hold_stream(owner)
+
+    def _check_instance_streams(self) -> None:
         if self.max_streams and self.total_streams >= self.max_streams:
             raise StreamLimitReached(f"{self.max_streams} streams are open on this instance")
-        state = self._of(owner)
-        if self.streams and state.streams >= self.streams:
-            raise QuotaExceeded(
-                f"too many open streams for this API key: at most {self.streams} at once; "
-                "close one and retry",
-                quota=STREAMS,
-                limit=self.streams,
-                retry_after=CONCURRENCY_RETRY_S,
-            )
-        state.streams += 1
+
+    def _streams_refused(self) -> QuotaExceeded:
+        return QuotaExceeded(
+            f"too many open streams for this API key: at most {self.streams} at once; close one and retry",
+            quota=STREAMS,
+            limit=self.streams,
+            retry_after=CONCURRENCY_RETRY_S,
+        )
+
+    def _hold_stream(self, owner: str) -> None:
+        self._of(owner).streams += 1
         self.total_streams += 1
 
     def release_stream(self, owner: str) -> None:
@@ -230,27 +259,31 @@ class Quotas:
         spent."""
         state = self._of(owner)
         if self.runs and state.runs >= self.runs:
-            raise QuotaExceeded(
-                f"too many queries running for this API key: at most {self.runs} at once; "
-                "wait for one to finish and retry",
-                quota=RUNS,
-                limit=self.runs,
-                retry_after=CONCURRENCY_RETRY_S,
-            )
-        limit = self.tokens_per_day
-        if limit:
-            now = self.clock()
-            used = self.tokens_today(owner)
-            if used >= limit:
-                retry_after = max(1, math.ceil((self._day(now) + 1) * DAY_S - now))
-                raise QuotaExceeded(
-                    f"this API key has used its {limit} model tokens for today ({used} used); "
-                    f"retry after 00:00 UTC, in {retry_after} s",
-                    quota=TOKENS_PER_DAY,
-                    limit=limit,
-                    retry_after=retry_after,
-                )
+            raise self._runs_refused()
+        used = self.tokens_today(owner)
+        if self.tokens_per_day and used >= self.tokens_per_day:
+            raise self._tokens_refused(used)
         state.runs += 1
+
+    def _runs_refused(self) -> QuotaExceeded:
+        return QuotaExceeded(
+            f"too many queries running for this API key: at most {self.runs} at once; "
+            "wait for one to finish and retry",
+            quota=RUNS,
+            limit=self.runs,
+            retry_after=CONCURRENCY_RETRY_S,
+        )
+
+    def _tokens_refused(self, used: int) -> QuotaExceeded:
+        limit, now = self.tokens_per_day, self.clock()
+        retry_after = max(1, math.ceil((self._day(now) + 1) * DAY_S - now))
+        return QuotaExceeded(
+            f"this API key has used its {limit} model tokens for today ({used} used); "
+            f"retry after 00:00 UTC, in {retry_after} s",
+            quota=TOKENS_PER_DAY,
+            limit=limit,
+            retry_after=retry_after,
+        )
 
     def used(self, owner: str, usage: Usage) -> None:
         """Count a model turn's tokens (input + output) against today's quota."""
@@ -305,7 +338,7 @@ async def quota_middleware(
     try:
         path = request.path
         if path not in PUBLIC_PATHS and not path.startswith(PUBLIC_PREFIXES):
-            request.app[QUOTAS].check_request(owner_of(request))
+            await request.app[QUOTAS].count_request(owner_of(request))
         return await handler(request)
     except QuotaExceeded as exc:
         return quota_response(exc)

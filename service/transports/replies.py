@@ -86,10 +86,42 @@ class Session(TypedDict):
     ]
     usage: Usage
     last_event_id: Count
+    title: NotRequired[Annotated[str, Field(description="With the session database: its title.")]]
+    created_at: NotRequired[Annotated[float, Field(description="With the database: made at (epoch s).")]]
+    updated_at: NotRequired[Annotated[float, Field(description="With the database: last updated (epoch s).")]]
     pending_approvals: Annotated[
         list[ApprovalRequest],
         Field(description="The tool calls waiting for a person's approval, as their requests were logged."),
     ]
+
+
+class SessionSummary(TypedDict):
+    """One of the caller's sessions, as ``GET /sessions`` lists it."""
+
+    id: str
+    title: Annotated[str, Field(description="The first message, shortened, until renamed.")]
+    created_at: float
+    updated_at: float
+    status: Status
+    usage: Usage
+    last_event_id: Count
+
+
+class SessionList(TypedDict):
+    """A page of the caller's sessions, last updated first."""
+
+    sessions: list[SessionSummary]
+    next_before: Annotated[
+        str | None, Field(description="Pass as `before` for the next page; null on the last page.")
+    ]
+
+
+class SessionRenamed(TypedDict):
+    """The session's new title."""
+
+    id: str
+    title: str
+    status: Status
 
 
 class ApprovalAnswered(TypedDict):

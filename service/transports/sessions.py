@@ -8,10 +8,18 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from service.core.durable import DurableSessionStore
 from service.transports import approvals, dialects
 from service.transports.auth import owner_of
-from service.transports.context import context_of, session_of
-from service.transports.inputs import MessageRequest, check_length, int_param, read_json, read_object
+from service.transports.context import Context, context_of, session_of
+from service.transports.inputs import (
+    MessageRequest,
+    TitleRequest,
+    check_length,
+    int_param,
+    read_json,
+    read_object,
+)
 from service.transports.middleware import json_error
 from service.transports.reading import IndexAhead, poll
 
@@ -24,20 +32,61 @@ async def create_session(request: web.Request) -> web.Response:
     return web.json_response({"id": session.id, "status": session.status}, status=201)
 
 
+LIST_LIMIT = 20
+LIST_LIMIT_MAX = 100
+
+
+def durable(context: Context) -> DurableSessionStore:
+    """The store with the database behind it; 501 when ``AGENT_DATABASE_URL`` is empty."""
+    if not isinstance(context.sessions, DurableSessionStore):
+        raise json_error(
+            501,
+            "listing and renaming sessions need the session database; AGENT_DATABASE_URL is empty",
+            code="no_database",
+        )
+    return context.sessions
+
+
+async def list_sessions(request: web.Request) -> web.Response:
+    """``GET /sessions?limit=&before=``: the caller's sessions, newest update first."""
+    store = durable(context_of(request))
+    limit = min(int_param(request, "limit", minimum=1) or LIST_LIMIT, LIST_LIMIT_MAX)
+    before = request.query.get("before") or None
+    try:
+        page = await store.list_owned(owner_of(request), limit, before)
+    except ValueError:
+        raise json_error(400, "before must be a next_before cursor from an earlier page") from None
+    body = {"sessions": [record.summary() for record in page.sessions], "next_before": page.next_before}
+    return web.json_response(body, dumps=dialects.dumps)
+
+
 async def get_session(request: web.Request) -> web.Response:
-    """``GET /sessions/{id}``: status and the whole conversation."""
+    """``GET /sessions/{id}``: status and the whole conversation (and, with the database, its
+    title and times)."""
     context, session = await session_of(request)
-    return web.json_response(
-        {
-            "id": session.id,
-            "status": session.status,
-            "messages": dialects.jsonable(session.messages),
-            "usage": dialects.usage_dict(session.usage),
-            "last_event_id": await session.log.last_id(),
-            "pending_approvals": approvals.pending(session),
-        },
-        dumps=dialects.dumps,
-    )
+    body = {
+        "id": session.id,
+        "status": session.status,
+        "messages": dialects.jsonable(session.messages),
+        "usage": dialects.usage_dict(session.usage),
+        "last_event_id": await session.log.last_id(),
+        "pending_approvals": approvals.pending(session),
+    }
+    if isinstance(context.sessions, DurableSessionStore) and not session.ephemeral:
+        record = await context.sessions.record_of(session.id)
+        if record is not None:
+            body.update(title=record.title, created_at=record.created_at, updated_at=record.updated_at)
+    return web.json_response(body, dumps=dialects.dumps)
+
+
+async def rename_session(request: web.Request) -> web.Response:
+    """``PATCH /sessions/{id}`` ``{"title"}``: rename the caller's session."""
+    context, session = await session_of(request)
+    store = durable(context)
+    body = await read_json(request, TitleRequest)
+    title = " ".join(body.title.split())
+    await store.rename(session.id, owner_of(request), title)
+    return web.json_response({"id": session.id, "title": title, "status": session.status})
 
 
 async def delete_session(request: web.Request) -> web.Response:
@@ -83,7 +132,9 @@ async def poll_events(request: web.Request) -> web.Response:
 def add_routes(app: web.Application) -> None:
     """Register the session routes."""
     app.router.add_post("/sessions", create_session)
+    app.router.add_get("/sessions", list_sessions)
     app.router.add_get("/sessions/{session_id}", get_session)
+    app.router.add_patch("/sessions/{session_id}", rename_session)
     app.router.add_delete("/sessions/{session_id}", delete_session)
     app.router.add_post("/sessions/{session_id}/messages", post_message)
     app.router.add_post("/sessions/{session_id}/cancel", cancel)

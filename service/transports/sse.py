@@ -63,7 +63,7 @@ async def agent_stream(request: web.Request) -> web.StreamResponse:
     owner = owner_of(request)
     delivered = context.metrics.events_delivered.labels("sse")
     # The stream slot first: a key at its stream quota gets its 429 before any query starts.
-    with context.stream_slot("sse", owner):
+    async with context.stream_slot("sse", owner):
         check_length(context.settings, body.message, "message")
         session = await context.start_ephemeral(body.message, body.max_turns, owner)
         try:
@@ -130,7 +130,8 @@ async def write_blocks(
         raise
 
 
-def _last_event_id(request: web.Request) -> int | None:
+def last_event_id(request: web.Request) -> int | None:
+    """The id a client resumes after: the `Last-Event-ID` header, else `?last_event_id=`; 400 if bad."""
     header = request.headers.get("Last-Event-ID")
     if header is not None and header.strip():
         try:
@@ -146,7 +147,7 @@ def _last_event_id(request: web.Request) -> int | None:
 async def session_events(request: web.Request) -> web.StreamResponse:
     """``GET /sessions/{id}/events``: the session dialect, resumable by event id."""
     context, session = await session_of(request)
-    after = _last_event_id(request)
+    after = last_event_id(request)
     log = session.log
     last = await log.last_id()
     running = session.status in ACTIVE
@@ -161,7 +162,7 @@ async def session_events(request: web.Request) -> web.StreamResponse:
             return web.json_response(
                 await purged_body(context, session, after, oldest), status=410, dumps=dialects.dumps
             )
-    with context.stream_slot("sse", owner_of(request)):
+    async with context.stream_slot("sse", owner_of(request)):
         return await _session_stream(request, context, session, after, last, running)
 
 
@@ -310,7 +311,7 @@ async def steps_stream(request: web.Request) -> web.StreamResponse:
     check_length(context.settings, query, "query")
     after = await session.log.last_id()
     delivered = context.metrics.events_delivered.labels("sse")
-    with context.stream_slot("sse", owner_of(request)):
+    async with context.stream_slot("sse", owner_of(request)):
         await context.runs.start(session, query)  # after the stream slot: a 429 starts nothing
         async with event_stream(request, context) as response:
             follower = Follower(session.log, after, stop=Stop.AT_TERMINAL)

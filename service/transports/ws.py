@@ -143,7 +143,7 @@ class Connection:
                 raise ClientError("invalid", "a message must be valid Unicode text (no lone surrogates)")
             request_type = message.get("type")
             if request_type != "ping":
-                self._count_request()
+                await self._count_request()
             handler = self._handlers.get(request_type) if isinstance(request_type, str) else None
             if handler is None:
                 raise ClientError(
@@ -266,10 +266,10 @@ class Connection:
         except SessionLimitReached as exc:
             raise ClientError("overloaded", str(exc)) from None
 
-    def _count_request(self) -> None:
+    async def _count_request(self) -> None:
         """A message counts as a request against the key's per-minute quota (pings do not)."""
         try:
-            self.context.quotas.check_request(self.owner)
+            await self.context.quotas.count_request(self.owner)
         except QuotaExceeded as exc:
             raise _quota_error(exc) from None
 
@@ -437,11 +437,11 @@ async def websocket(request: web.Request) -> web.StreamResponse:
     )
     owner = owner_of(request)
     quotas = context.quotas
-    quotas.acquire_stream(owner)  # no free stream slot: a 429 instead of the upgrade
+    await quotas.open_stream(owner)  # no free stream slot: a 429 instead of the upgrade
     try:
         await ws.prepare(request)
     except BaseException:
-        quotas.release_stream(owner)
+        await quotas.close_stream(owner)
         raise
     connection = Connection(ws, context, owner)
     request.app[SOCKETS].add(connection)
@@ -472,7 +472,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
         await ws.close(code=WSCloseCode.INTERNAL_ERROR, message=b"internal error")
     finally:
         sockets.dec()
-        quotas.release_stream(owner)
+        await quotas.close_stream(owner)
         request.app[SOCKETS].discard(connection)
         await connection.close()
     return ws

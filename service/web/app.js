@@ -26,6 +26,7 @@
   const BACKOFF_START_MS = queryMs("backoff_ms", 1000);
   const BACKOFF_MAX_MS = Math.max(BACKOFF_START_MS, queryMs("backoff_max_ms", 10000));
   const RETRY_LOG_SIZE = 50;
+  const markdown = window.agentstreamMarkdown;
 
   // A positive whole number of milliseconds from the page's query string, or the default.
   function queryMs(name, fallback) {
@@ -109,6 +110,7 @@
     source: null,
     probeStreak: 0,
     sending: false,
+    textEvents: 0, // assistant_text events applied (the browser tests compare renders with it)
     // view
     answer: null, // the answer element of the query in flight
     tools: new Map(), // toolUseId -> card element
@@ -126,6 +128,9 @@
     get running() { return state.running; },
     get backoffMs() { return state.backoff; },
     get retries() { return state.retries.map((retry) => ({ ...retry })); },
+    // Text events applied, and renders of their Markdown (at most one per frame, however many).
+    get textEvents() { return state.textEvents; },
+    get markdownRenders() { return markdown.renders; },
     backoff: { startMs: BACKOFF_START_MS, maxMs: BACKOFF_MAX_MS },
   };
 
@@ -254,7 +259,6 @@
     reasoning.append(make("summary", null, "Reasoning"), make("div", "reasoning-text"));
     const tools = make("div", "tools");
     const text = make("div", "answer-text");
-    text.append(document.createTextNode(""));
     const failure = make("p", "answer-error");
     failure.hidden = true;
     const steps = make("details", "steps");
@@ -280,14 +284,15 @@
     part(answer, ".answer-head").querySelector(".answer-state").textContent = text;
   }
 
+  // The answer's text is Markdown (markdown.js): rendered, sanitized, at most once a frame.
   function appendAnswerText(answer, text) {
     if (!text) return;
     const holder = part(answer, ".answer-text");
-    const node = holder.firstChild || holder.appendChild(document.createTextNode(""));
-    node.appendData(text);
+    markdown.schedule(holder, markdown.source(holder) + text);
   }
 
   function finishAnswer(answer, label) {
+    markdown.flush(part(answer, ".answer-text"));
     answer.dataset.done = "true";
     answer.removeAttribute("aria-busy");
     setAnswerState(answer, label);
@@ -503,6 +508,7 @@
         break;
       }
       case "assistant_text": {
+        state.textEvents += 1;
         const answer = currentAnswer();
         appendAnswerText(answer, ev.text);
         setAnswerState(answer, "writing…");

@@ -250,3 +250,45 @@ async def test_appends_survive_redis_forgetting_its_scripts(
     await backend.redis.script_flush()  # what a Redis restart does
     entry = await session.log.append(TextDelta(text="two"))
     assert entry.id == 2 and [e.id for e in await session.log.read(0)] == [1, 2]
+
+
+async def test_the_reader_leaves_out_a_log_this_instance_keeps_current_and_reads_it_again(
+    redis_url: str, redis_prefix: str
+) -> None:
+    here, there = (
+        RedisSessionStore(
+            RedisBackend(redis_url, prefix=redis_prefix, session_ttl_s=60), MemorySessionStore()
+        )
+        for _ in range(2)
+    )
+    for store in (here, there):
+        await store.backend.start()
+    try:
+        session = await here.create()
+        key = here.backend.log_key(session.id)
+        got: list[tuple[int, str]] = []
+
+        async def follow(until: int) -> None:
+            async for batch in session.log.subscribe(0):
+                got.extend((entry.id, entry.event.text) for entry in batch)
+                if got[-1][0] == until:
+                    return
+
+        follower = asyncio.create_task(follow(7))
+        await session.log.wait_subscribers(1)
+        await session.log.append_many([TextDelta(text=f"here {n}") for n in range(3)])
+        # Its own appends keep the tail current: Redis need not send them back to this instance.
+        assert key not in here.backend.fanout.streams()[0]
+        # Another instance writes in between: this instance's next append finds the gap (unless
+        # the reader was still reading the log), and the reader reads the log again, so the
+        # subscriber gets every event in order.
+        await (await there.get(session.id)).log.append(TextDelta(text="there 1"))
+        await session.log.append_many([TextDelta(text=f"here {n}") for n in range(3, 5)])
+        # Another instance writes after this one stopped: the reader reads it again too.
+        await (await there.get(session.id)).log.append(TextDelta(text="there 2"))
+        await asyncio.wait_for(follower, 10)
+        texts = ["here 0", "here 1", "here 2", "there 1", "here 3", "here 4", "there 2"]
+        assert got == list(enumerate(texts, start=1))
+    finally:
+        for store in (here, there):
+            await store.backend.stop()

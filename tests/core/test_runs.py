@@ -23,7 +23,7 @@ class ScriptedAgent:
         self.started = asyncio.Event()
 
     async def run(
-        self, messages: list[dict[str, Any]], user_text: str, max_turns: int
+        self, messages: list[dict[str, Any]], user_text: str, max_turns: int, options: Any = None
     ) -> AsyncIterator[Event]:
         messages.append({"role": "user", "content": [{"text": user_text}]})
         self.started.set()

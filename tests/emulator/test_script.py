@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -155,6 +156,26 @@ def test_tokens_directive_sets_the_exact_delta_count(count: int) -> None:
     assert _usage(plan).output_tokens == count
 
 
+def test_say_directive_dictates_the_answer_word_by_word() -> None:
+    """say=TEXT (percent-encoded) is answered exactly, newlines and brackets kept, one word a delta."""
+    said = "  # Title\n\n- one [link](https://x.test)\n\n```\ncode\n```"
+    encoded = quote(said, safe="")
+    plan = plan_response(_body(f"What is 2+2? [emu:say={encoded}]"))
+    assert _text(plan) == said and not _tool_calls(plan)
+    assert _text_deltas(plan) == [
+        "  ",
+        "# ",
+        "Title\n\n",
+        "- ",
+        "one ",
+        "[link](https://x.test)\n\n",
+        "```\n",
+        "code\n",
+        "```",
+    ]
+    assert _usage(plan).output_tokens == 9
+
+
 def test_tokens_zero_gives_an_empty_message() -> None:
     """tokens=0 yields a message without content blocks."""
     plan = plan_response(_body("[emu:tokens=0] Hello"))
@@ -289,6 +310,21 @@ def test_tool_directive_names_several_tools_and_their_input() -> None:
     for bad in ("[1, 2", "not json", '"text"'):
         plan = plan_response(_body(f"[emu:tool=calculator] [emu:tool_input={bad}]"))
         assert _tool_calls(plan) == [("calculator", {})]
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ('{"city": "Paris", "days": 2}', {"city": "Paris", "days": 2}),
+        ("{not json", {}),
+        ('["a list"', {}),
+        ("3", {}),
+    ],
+)
+def test_tool_input_directive_gives_the_call_its_input(value: str, expected: dict[str, Any]) -> None:
+    """tool_input=JSON is the named tool's input when it is a JSON object, else {}."""
+    plan = plan_response(_body(f"[emu:tool=get_weather] [emu:tool_input={value}] Weather?"))
+    assert _tool_calls(plan) == [("get_weather", expected)]
 
 
 def test_tools_directive_makes_parallel_calculator_calls() -> None:

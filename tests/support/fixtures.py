@@ -4,6 +4,8 @@ Load with ``pytest_plugins = ["tests.support.fixtures"]`` (in the top conftest o
 
 - ``redis_url`` (session): the Redis on 127.0.0.1:6379 when it answers, else one redis-server
   started for the run. Without either: a failure when ``CI=true``, a skip elsewhere.
+- ``postgres`` (session): a PostgreSQL server started for the run; ``database_url``: a fresh
+  database for one test, on SQLite and (a second parameter) on that PostgreSQL.
 - ``own_redis``: a private :class:`RedisServer` for one test, to restart or kill at will.
 - ``redis_prefix``: a unique key prefix for one test; its keys are deleted from ``redis_url``
   afterwards.
@@ -23,7 +25,9 @@ from uuid import uuid4
 import pytest
 
 from service.sandbox import WorkerPool
+from tests.support._pipes import ProcessStartError
 from tests.support.instances import EnvValue, ServiceFactory, ServiceProcess
+from tests.support.postgres_server import PostgresServer, PostgresUnavailable, postgres_unavailable
 from tests.support.redis_server import (
     RedisServer,
     RedisUnavailable,
@@ -44,6 +48,28 @@ def redis_url() -> Iterator[str]:
         redis_unavailable(str(error))
     yield url
     stop_session_redis()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """One PostgreSQL started for the run (Debian's binaries, a temp dir, a free port); each test
+    takes a database of its own from it. Without the binaries: a failure when ``CI=true``, a skip
+    elsewhere."""
+    try:
+        server = PostgresServer().start()
+    except (PostgresUnavailable, ProcessStartError) as error:
+        postgres_unavailable(str(error))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Any) -> str:
+    """A fresh, empty database for one test: a SQLite file in its temp dir, or a database of its
+    own on the run's PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite+aiosqlite:///{tmp_path / 'agentstream.db'}"
+    return request.getfixturevalue("postgres").create_database()
 
 
 @pytest.fixture

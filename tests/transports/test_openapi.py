@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -58,6 +59,8 @@ README_ROUTES = {
     ("GET", "/sessions/{session_id}"),
     ("DELETE", "/sessions/{session_id}"),
     ("POST", "/sessions/{session_id}/messages"),
+    ("GET", "/sessions"),
+    ("PATCH", "/sessions/{session_id}"),
     ("POST", "/sessions/{session_id}/cancel"),
     ("GET", "/sessions/{session_id}/events"),
     ("GET", "/sessions/{session_id}/events/poll"),
@@ -67,6 +70,10 @@ README_ROUTES = {
     ("GET", "/selftest/stream"),
     ("POST", "/auth/token"),
     ("GET", "/"),
+    ("POST", "/api/chat"),
+    ("GET", "/api/chat/{session_id}/stream"),
+    ("POST", "/ag-ui"),
+    ("GET", "/ag-ui/{session_id}/events"),
 }
 
 
@@ -199,10 +206,16 @@ def run_operation(
     ("method", "path", "mode"), OPERATIONS, ids=[f"{m} {p} {g.value}" for m, p, g in OPERATIONS]
 )
 async def test_operation_conforms(
-    make_client: ClientFactory, caplog: pytest.LogCaptureFixture, method: str, path: str, mode: GenerationMode
+    make_client: ClientFactory,
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+    method: str,
+    path: str,
+    mode: GenerationMode,
 ) -> None:
     caplog.set_level(logging.WARNING)
-    client = await make_client(**SETTINGS)
+    # With the session database, so that listing and renaming answer (a 501 without it).
+    client = await make_client(**SETTINGS, database_url=f"sqlite+aiosqlite:///{tmp_path / 'agentstream.db'}")
     spec = await live_schema(client)
     base_url = str(client.make_url("/")).rstrip("/")
     await asyncio.to_thread(run_operation, spec, method, path, base_url, mode)

@@ -20,6 +20,7 @@ from jsonschema.exceptions import ValidationError, best_match
 
 from service.config import Settings
 from service.core.events import (
+    ContextTrimmed,
     Event,
     PlanCreated,
     ReasoningDelta,
@@ -81,6 +82,7 @@ EVENTS: list[Event] = [
     ToolApprovalResponse(approval_id="ap_2", approved=False, reason="expired", by="timeout"),
     StatusChange(status="waiting"),
     StatusChange(status="idle"),
+    ContextTrimmed(turn=1, dropped_messages=4, kept_messages=3, estimated_tokens=900, max_tokens=1000),
 ]
 
 
@@ -193,6 +195,7 @@ def test_each_dialect_emits_only_what_its_schema_declares(spec: dict[str, Any]) 
             "tool_executing",
             "tool_result",
             "usage",
+            "context_trimmed",
             "step",
             "done",
             "error",

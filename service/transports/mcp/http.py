@@ -232,7 +232,7 @@ async def get(request: web.Request) -> web.StreamResponse:
     stream = McpStream(mcp)
     mcp.attach(stream)
     try:
-        with context.stream_slot("mcp", owner_of(request)):
+        async with context.stream_slot("mcp", owner_of(request)):
             async with event_stream(request, context, headers={SESSION_HEADER: mcp.id}) as response:
                 await _stream(request, context, response, stream)
             return response

@@ -1,0 +1,37 @@
+"""What a query may ask beyond its text: :class:`RunOptions`.
+
+Most clients send a message and let the agent work with its own tools. A client that speaks a
+model's protocol (the OpenAI Chat Completions face) brings more: tools it runs itself, its own
+system prompt, a token limit, and sometimes no new text at all, only the results of the tools the
+model asked it to run. The run manager carries these from the transport to the agent untouched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    """One query's extras; the defaults ask for nothing beyond the message.
+
+    - ``client_tools``: specs (``name``, ``description``, ``input_schema``) of tools the client
+      runs itself. They are offered to the model beside the agent's own (a client tool hides an
+      own tool of the same name); a turn that calls one ends the query with ``stop_reason:
+      tool_use``, its calls to client tools left unanswered in the conversation for the client.
+    - ``system``: the client's system prompt, after the service's own.
+    - ``max_tokens``: the most output tokens a model turn may take, below the service's limit.
+    - ``resume``: the conversation already ends with the user's turn (the results of client
+      tools); the query adds no text of its own and the model answers that turn.
+    """
+
+    client_tools: tuple[dict[str, Any], ...] = ()
+    system: str = ""
+    max_tokens: int | None = None
+    resume: bool = False
+
+    @property
+    def client_tool_names(self) -> frozenset[str]:
+        """The names of the client's tools."""
+        return frozenset(spec["name"] for spec in self.client_tools)

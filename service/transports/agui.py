@@ -1,0 +1,317 @@
+"""AG-UI events, projected from a session's log with the models and encoder of ``ag-ui-protocol``.
+
+``POST /ag-ui`` (a ``RunAgentInput``) and ``GET /ag-ui/{threadId}/events`` (its resume) answer
+with these events, one SSE ``data:`` each, with the log entry's id as ``id:`` (AG-UI itself has no
+resume): ``RUN_STARTED``, then ``MESSAGES_SNAPSHOT`` (the conversation so far, so a client that
+joins late has it), ``STEP_STARTED`` / ``STEP_FINISHED`` around each model turn,
+``TEXT_MESSAGE_START`` / ``_CONTENT`` / ``_END``, ``REASONING_START`` with
+``REASONING_MESSAGE_*`` and ``REASONING_END``, ``TOOL_CALL_START`` / ``_ARGS`` / ``_END`` /
+``_RESULT`` for the service's own tools, and ``RUN_FINISHED`` (usage and the answer in
+``result``) or ``RUN_ERROR``.
+
+As with :mod:`service.transports.aisdk`, an :class:`AgUiStream` per stream keeps which message is
+open, fed in order (and primed with what a resumed client has seen); each event kind has a handler
+in :data:`_HANDLERS`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from ag_ui.core import (
+    AssistantMessage,
+    BaseEvent,
+    FunctionCall,
+    MessagesSnapshotEvent,
+    ReasoningEndEvent,
+    ReasoningMessageContentEvent,
+    ReasoningMessageEndEvent,
+    ReasoningMessageStartEvent,
+    ReasoningStartEvent,
+    RunAgentInput,
+    RunErrorEvent,
+    RunFinishedEvent,
+    RunStartedEvent,
+    StepFinishedEvent,
+    StepStartedEvent,
+    TextMessageContentEvent,
+    TextMessageEndEvent,
+    TextMessageStartEvent,
+    TokenUsage,
+    ToolCall,
+    ToolCallArgsEvent,
+    ToolCallEndEvent,
+    ToolCallResultEvent,
+    ToolCallStartEvent,
+    ToolMessage,
+    UserMessage,
+)
+from ag_ui.encoder import EventEncoder
+
+from service.core.events import (
+    Event,
+    ReasoningDelta,
+    RunDone,
+    RunError,
+    RunStarted,
+    StepCompleted,
+    TextDelta,
+    ToolInputDelta,
+    ToolResult,
+    ToolUse,
+    ToolUseStart,
+)
+from service.core.log import LogEntry
+
+ENCODER = EventEncoder()
+Message = UserMessage | AssistantMessage | ToolMessage
+
+# -- the request --------------------------------------------------------------------------------
+
+
+def query_of(body: RunAgentInput) -> str:
+    """The new query: the text of the last message, which must be the user's (``ValueError``)."""
+    if not body.messages:
+        raise ValueError("messages is empty; the last one must be the user's new message")
+    last = body.messages[-1]
+    if not isinstance(last, UserMessage):
+        raise ValueError(f"the last message must be the user's, not {last.role!r}")
+    content = last.content
+    text = (
+        content if isinstance(content, str) else "".join(getattr(part, "text", "") or "" for part in content)
+    )
+    if not text.strip():
+        raise ValueError("the last message has no text")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("the last message's text is not valid Unicode (a lone surrogate)") from None
+    return text
+
+
+# -- the conversation, as AG-UI messages ----------------------------------------------------------
+
+
+def _text(blocks: list[dict[str, Any]]) -> str:
+    return "".join(block["text"] for block in blocks if isinstance(block.get("text"), str))
+
+
+def messages_of(conversation: list[dict[str, Any]]) -> list[Message]:
+    """A session's conversation (Bedrock's message format) as AG-UI messages, ids ``m<index>``."""
+    out: list[Message] = []
+    for index, message in enumerate(conversation):
+        blocks = message.get("content") or []
+        message_id = f"m{index}"
+        if message.get("role") == "assistant":
+            calls = [
+                ToolCall(
+                    id=block["toolUse"]["toolUseId"],
+                    function=FunctionCall(
+                        name=block["toolUse"]["name"], arguments=json.dumps(block["toolUse"].get("input"))
+                    ),
+                )
+                for block in blocks
+                if "toolUse" in block
+            ]
+            out.append(
+                AssistantMessage(id=message_id, content=_text(blocks) or None, tool_calls=calls or None)
+            )
+            continue
+        results = [block["toolResult"] for block in blocks if "toolResult" in block]
+        for number, result in enumerate(results):
+            error = result.get("status") == "error"
+            content = _text(result.get("content") or [])
+            out.append(
+                ToolMessage(
+                    id=f"{message_id}-{number}",
+                    tool_call_id=result["toolUseId"],
+                    content=content,
+                    error=content if error else None,
+                )
+            )
+        text = _text(blocks)
+        if text or not results:
+            out.append(UserMessage(id=message_id, content=text))
+    return out
+
+
+def history_before(conversation: list[dict[str, Any]], query: str) -> list[dict[str, Any]]:
+    """The conversation before the running query's user message (a live session's conversation
+    may already hold the query and part of its answer)."""
+    for index in range(len(conversation) - 1, -1, -1):
+        message = conversation[index]
+        if message.get("role") == "user" and message.get("content") == [{"text": query}]:
+            return conversation[:index]
+    return conversation
+
+
+# -- the projection -----------------------------------------------------------------------------
+
+
+class AgUiStream:
+    """The AG-UI events of one stream, from the log entries it is fed in order."""
+
+    def __init__(self, thread_id: str, history: list[dict[str, Any]], run_id: str | None = None) -> None:
+        self.thread_id = thread_id
+        self.history = history  # the conversation before this query (Bedrock's format)
+        self.run_id = run_id  # the client's runId, else the log's
+        self.message_id: str | None = None  # the open text message
+        self.reasoning_id: str | None = None  # the open reasoning message
+        self.step: str | None = None  # the open step's name
+        self.turn_message: str | None = None  # the current turn's text message (a tool call's parent)
+
+    def events(self, entry: LogEntry) -> list[BaseEvent]:
+        """The AG-UI events one log entry becomes (often none)."""
+        handler = _HANDLERS.get(type(entry.event))
+        return [] if handler is None else handler(self, entry.event, entry.id)
+
+    def prime(self, entries: list[LogEntry]) -> None:
+        """Take in what a resumed client has seen already, writing nothing."""
+        for entry in entries:
+            self.events(entry)
+
+    def ended(self, error: RunError) -> list[BaseEvent]:
+        """The events that end a stream cut short (the log purged or closed, the store gone)."""
+        return [RunErrorEvent(message=error.error, code=error.code)]
+
+    def _close_blocks(self) -> list[BaseEvent]:
+        events: list[BaseEvent] = []
+        if self.reasoning_id is not None:
+            events.append(ReasoningMessageEndEvent(message_id=self.reasoning_id))
+            events.append(ReasoningEndEvent(message_id=self.reasoning_id))
+            self.reasoning_id = None
+        if self.message_id is not None:
+            events.append(TextMessageEndEvent(message_id=self.message_id))
+            self.message_id = None
+        return events
+
+    def _open_step(self, turn: int) -> list[BaseEvent]:
+        if self.step is not None:
+            return []
+        self.step = f"turn-{turn}"
+        self.turn_message = None
+        return [StepStartedEvent(step_name=self.step)]
+
+    def _close_step(self) -> list[BaseEvent]:
+        events = self._close_blocks()
+        if self.step is not None:
+            events.append(StepFinishedEvent(step_name=self.step))
+            self.step = None
+        return events
+
+    def _run_started(self, event: RunStarted, entry_id: int) -> list[BaseEvent]:
+        run_id = self.run_id = self.run_id or event.run_id
+        messages = [
+            *messages_of(self.history),
+            UserMessage(id=f"m{len(self.history)}", content=event.message),
+        ]
+        return [
+            RunStartedEvent(thread_id=self.thread_id, run_id=run_id),
+            MessagesSnapshotEvent(messages=messages),
+        ]
+
+    def _text(self, event: TextDelta, entry_id: int) -> list[BaseEvent]:
+        events = self._open_step(event.turn)
+        if self.message_id is None:
+            events += self._close_blocks()
+            self.message_id = self.turn_message = f"msg-{entry_id}"
+            events.append(TextMessageStartEvent(message_id=self.message_id, role="assistant"))
+        if event.text:  # AG-UI wants a delta to say something
+            events.append(TextMessageContentEvent(message_id=self.message_id, delta=event.text))
+        return events
+
+    def _reasoning(self, event: ReasoningDelta, entry_id: int) -> list[BaseEvent]:
+        events = self._open_step(event.turn)
+        if self.reasoning_id is None:
+            events += self._close_blocks()
+            self.reasoning_id = f"reasoning-{entry_id}"
+            events.append(ReasoningStartEvent(message_id=self.reasoning_id))
+            events.append(ReasoningMessageStartEvent(message_id=self.reasoning_id, role="reasoning"))
+        if event.text:
+            events.append(ReasoningMessageContentEvent(message_id=self.reasoning_id, delta=event.text))
+        return events
+
+    def _tool_start(self, event: ToolUseStart, entry_id: int) -> list[BaseEvent]:
+        events = [*self._open_step(event.turn), *self._close_blocks()]
+        events.append(
+            ToolCallStartEvent(
+                tool_call_id=event.tool_use_id, tool_call_name=event.tool, parent_message_id=self.turn_message
+            )
+        )
+        return events
+
+    def _tool_input(self, event: ToolInputDelta, entry_id: int) -> list[BaseEvent]:
+        return [ToolCallArgsEvent(tool_call_id=event.tool_use_id, delta=event.delta)] if event.delta else []
+
+    def _tool_use(self, event: ToolUse, entry_id: int) -> list[BaseEvent]:
+        return [ToolCallEndEvent(tool_call_id=event.tool_use_id)]
+
+    def _tool_result(self, event: ToolResult, entry_id: int) -> list[BaseEvent]:
+        return [
+            ToolCallResultEvent(
+                message_id=f"tool-{entry_id}",
+                tool_call_id=event.tool_use_id,
+                content=event.result,
+                role="tool",
+            )
+        ]
+
+    def _step(self, event: StepCompleted, entry_id: int) -> list[BaseEvent]:
+        return self._close_step()
+
+    def _done(self, event: RunDone, entry_id: int) -> list[BaseEvent]:
+        usage = event.usage
+        result: dict[str, Any] = {
+            "output": event.output,
+            "turns": event.turns,
+            "stop_reason": event.stop_reason,
+        }
+        for flag in ("truncated", "max_turns_reached", "cancelled"):
+            if getattr(event, flag):
+                result[flag] = True
+        return [
+            *self._close_step(),
+            RunFinishedEvent(
+                thread_id=self.thread_id,
+                run_id=self.run_id or "",
+                result=result,
+                usage=[
+                    TokenUsage(
+                        input_tokens=usage.input_tokens,
+                        output_tokens=usage.output_tokens,
+                        total_tokens=usage.total_tokens,
+                    )
+                ],
+            ),
+        ]
+
+    def _error(self, event: RunError, entry_id: int) -> list[BaseEvent]:
+        # RUN_ERROR ends the run as it stands: nothing may follow it, open messages included.
+        return [RunErrorEvent(message=event.error, code=event.code)]
+
+
+_HANDLERS: dict[type[Event], Callable[[AgUiStream, Any, int], list[BaseEvent]]] = {
+    RunStarted: AgUiStream._run_started,
+    TextDelta: AgUiStream._text,
+    ReasoningDelta: AgUiStream._reasoning,
+    ToolUseStart: AgUiStream._tool_start,
+    ToolInputDelta: AgUiStream._tool_input,
+    ToolUse: AgUiStream._tool_use,
+    ToolResult: AgUiStream._tool_result,
+    StepCompleted: AgUiStream._step,
+    RunDone: AgUiStream._done,
+    RunError: AgUiStream._error,
+}
+
+
+def encode(event: BaseEvent, entry_id: int | None = None) -> str:
+    """One event as AG-UI's encoder writes it, with the log's id as ``id:`` before it."""
+    block = ENCODER.encode(event)
+    return block if entry_id is None else f"id: {entry_id}\n{block}"
+
+
+def blocks(stream: AgUiStream, entry: LogEntry) -> str:
+    """The entry's SSE blocks (AG-UI's client splits events on a bare ``\\n\\n``)."""
+    return "".join(encode(event, entry.id) for event in stream.events(entry))

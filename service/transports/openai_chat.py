@@ -1,0 +1,301 @@
+"""The OpenAI Chat Completions face: ``POST /v1/chat/completions``, ``GET /v1/models``.
+
+Any OpenAI client (the ``openai`` packages, chat UIs such as Open WebUI) can talk to the agent:
+each request runs one query in a short-lived session, on the conversation it brings, and answers
+as one ``chat.completion`` or, with ``stream: true``, as ``chat.completion.chunk``\\ s on SSE
+``data:`` lines (each with the log's id as ``id:``) ending in ``data: [DONE]``, the usage chunk
+before it when ``stream_options.include_usage`` is set. A request that brings ``tools`` gets the
+model's calls to them back as ``tool_calls`` (``finish_reason: tool_calls``), unrun: the service
+is then an OpenAI-compatible front for its model (see :mod:`service.core.options`).
+
+It takes the one path of every route (access, quotas, a session from the store, the run manager,
+the log read through a :class:`~service.transports.follow.Follower`, a pure projection in
+:mod:`service.transports.openai_dialect`). Errors are OpenAI's ``{"error": {"message", "type",
+"code", "param"}}``: :func:`chat_error_middleware` also reshapes the errors the rest of the
+service answers on ``/v1/`` paths (401 no key, 429 quota, 413 too large, 503 at a limit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+from pydantic import ValidationError
+
+from service.core.events import RunError
+from service.core.sessions import Session
+from service.transports import dialects
+from service.transports.auth import owner_of
+from service.transports.context import Context, context_of
+from service.transports.follow import Follower, Stop
+from service.transports.inputs import read_object
+from service.transports.openai_dialect import (
+    ChatProjection,
+    ConversationError,
+    error_body,
+    run_error_status,
+    to_query,
+)
+from service.transports.openai_types import ChatCompletionRequest, ChatModel
+from service.transports.sse import event_stream, write_blocks
+
+PREFIX = "/v1/"
+DONE_BLOCK = f"data: [DONE]{dialects.SSE_SEP}{dialects.SSE_SEP}".encode()
+OWNED_BY = "agentstream"
+_STATUS_CLASSES: dict[int, type[web.HTTPException]] = {
+    cls.status_code: cls
+    for cls in (
+        web.HTTPBadRequest,
+        web.HTTPNotFound,
+        web.HTTPBadGateway,
+        web.HTTPServiceUnavailable,
+    )
+}
+# Where pydantic's location of an error names a union member rather than a field.
+_ROLE_TAGS = frozenset({"system", "developer", "user", "assistant", "tool"})
+_TYPE_NAMES = frozenset({"str", "int", "bool", "none", "list", "dict", "float"})
+
+
+def chat_error(
+    status: int, message: str, code: str | None = None, param: str | None = None
+) -> web.HTTPException:
+    """An error in OpenAI's shape, to raise from a handler (it passes the service's error
+    middleware as it is: a JSON error)."""
+    cls = _STATUS_CLASSES.get(status, web.HTTPBadRequest)
+    return cls(text=dialects.dumps(error_body(status, message, code, param)), content_type="application/json")
+
+
+def _param(loc: tuple[int | str, ...]) -> str:
+    """A pydantic error location as OpenAI names a parameter (``messages.[0].content``)."""
+    parts: list[str] = []
+    for depth, item in enumerate(loc):
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+            continue
+        if depth == 2 and loc[0] == "messages" and item in _ROLE_TAGS:
+            continue  # the message's role, which pydantic adds as the union's member
+        if item in _TYPE_NAMES or not item.replace("_", "").isalnum() or item[:1].isupper():
+            break  # a member of a union (``str``, ``list[...]``, a model's name): no field
+        parts.append(item)
+    return ".".join(parts) or "body"
+
+
+async def read_request(request: web.Request) -> ChatCompletionRequest:
+    """The body as a chat completion request; a 400 (413 too large) in OpenAI's shape otherwise."""
+    data = await read_object(request)  # 413, 400, 422 (reshaped as a 400 by the middleware)
+    try:
+        json.dumps(data, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        raise chat_error(400, "the body must be valid Unicode text (no lone surrogates)") from None
+    try:
+        return ChatCompletionRequest.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        summary = "; ".join(f"{_param(item['loc'])}: {item['msg']}" for item in errors[:5])
+        raise chat_error(
+            400, f"invalid request: {summary}", "invalid_value", _param(errors[0]["loc"])
+        ) from None
+
+
+def _model(context: Context) -> ChatModel:
+    return {"id": context.settings.model_id, "object": "model", "created": 0, "owned_by": OWNED_BY}
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    """``POST /v1/chat/completions``: run the agent on the conversation and answer it."""
+    context = context_of(request)
+    settings = context.settings
+    body = await read_request(request)
+    if body.model != settings.model_id:
+        raise chat_error(
+            404,
+            f"The model `{body.model}` does not exist; this service answers as `{settings.model_id}` "
+            "(see GET /v1/models).",
+            "model_not_found",
+            "model",
+        )
+    try:
+        query = to_query(body)
+    except ConversationError as exc:
+        raise chat_error(400, exc.message, "invalid_value", exc.param) from None
+    if len(query.text) > settings.max_message_chars:
+        raise chat_error(
+            400,
+            f"the last message is longer than {settings.max_message_chars} characters",
+            "string_above_max_length",
+            f"messages.[{len(body.messages) - 1}].content",
+        )
+    owner = owner_of(request)
+    projection = ChatProjection(
+        f"chatcmpl-{secrets.token_hex(12)}",
+        settings.model_id,
+        int(time.time()),
+        query.options.client_tool_names,
+    )
+
+    async def start() -> Session:
+        return await context.start_ephemeral(
+            query.text, None, owner, messages=query.messages, options=query.options
+        )
+
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        # The stream slot first: a key at its stream quota gets its 429 before any query starts.
+        async with context.stream_slot("openai", owner):
+            session = await start()
+            try:
+                return await _stream(request, context, session, projection, include_usage)
+            finally:
+                # Shielded: a second cancellation must not leave the run going with nobody to read it.
+                await asyncio.shield(context.end_ephemeral(session.id))
+    session = await start()
+    try:
+        failure = await _answer(session, projection)
+    finally:
+        await asyncio.shield(context.end_ephemeral(session.id))
+    if failure is not None:
+        status = run_error_status(failure)
+        return web.json_response(error_body(status, failure.error, failure.code), status=status)
+    return web.json_response(projection.completion(), dumps=dialects.dumps)
+
+
+async def _answer(session: Session, projection: ChatProjection) -> RunError | None:
+    """Fold the run into ``projection``; the error that ended it, if it failed."""
+    after = 0
+    skipped = False
+    while True:
+        follower = Follower(session.log, after, stop=Stop.AT_TERMINAL)
+        async with follower as batches:
+            async for batch in batches:
+                for entry in batch:
+                    if isinstance(entry.event, RunError):
+                        return entry.event
+                    projection.project(entry.event)
+        ending = follower.ending
+        if ending is None or ending.reason != "purged":
+            break
+        # A log too small for this run dropped events before they were read: skip them; the
+        # answer's final text comes with the run's end.
+        skipped = True
+        after = (ending.oldest_id or after + 1) - 1
+    if ending is not None and ending.clean:
+        if skipped:
+            projection.text = [projection.output]
+        return None
+    return ending.as_error() if ending is not None else RunError(error="the run ended without a result")
+
+
+async def _stream(
+    request: web.Request, context: Context, session: Session, projection: ChatProjection, include_usage: bool
+) -> web.StreamResponse:
+    timeout = context.settings.sse_send_timeout_s
+    delivered = context.metrics.events_delivered.labels("openai")
+    async with event_stream(request, context, allow_all_methods=True) as response:
+        await response.write(dialects.sse_block(dialects.dumps(projection.first())).encode())
+        failure: RunError | None = None
+        follower = Follower(session.log, 0, stop=Stop.AT_TERMINAL)
+        async with follower as batches:
+            async for batch in batches:
+                blocks = []
+                for entry in batch:
+                    chunk = projection.project(entry.event)
+                    if chunk is not None:
+                        blocks.append(dialects.sse_block(dialects.dumps(chunk), id=entry.id))
+                    elif isinstance(entry.event, RunError):
+                        failure = entry.event
+                if blocks:
+                    await write_blocks(request, response, "".join(blocks).encode(), timeout)
+                    delivered.inc(len(blocks))
+        ending = follower.ending
+        if failure is None and (ending is None or not ending.clean):
+            # Purged past this reader, the store gone, or the log closed under it (the server is
+            # going away): say so in OpenAI's way rather than hang up.
+            failure = ending.as_error() if ending is not None else RunError(error="the stream ended early")
+        if failure is not None:
+            # As OpenAI-compatible servers end a failed stream: an error line, and no [DONE].
+            status = run_error_status(failure)
+            await response.write(
+                dialects.sse_block(dialects.dumps(error_body(status, failure.error, failure.code))).encode()
+            )
+            return response
+        tail = dialects.sse_block(dialects.dumps(projection.usage_chunk())).encode() if include_usage else b""
+        await response.write(tail + DONE_BLOCK)
+    return response
+
+
+async def list_models(request: web.Request) -> web.Response:
+    """``GET /v1/models``: the one model this service answers as (``AGENT_MODEL_ID``)."""
+    return web.json_response({"object": "list", "data": [_model(context_of(request))]})
+
+
+async def get_model(request: web.Request) -> web.Response:
+    """``GET /v1/models/{model}``: that model, or 404 ``model_not_found``."""
+    model = _model(context_of(request))
+    if request.match_info["model"] != model["id"]:
+        raise chat_error(
+            404, f"The model `{request.match_info['model']}` does not exist.", "model_not_found", "model"
+        )
+    return web.json_response(model)
+
+
+# --- errors of the rest of the service, in OpenAI's shape on /v1/ ------------------------------
+
+
+def _reshaped(status: int, body: Any, headers: Any) -> web.Response:
+    """A service error body (``{"error": str, "code"?, ...}``) as OpenAI's; 422 becomes 400, as
+    OpenAI answers every bad body."""
+    status = 400 if status == 422 else status
+    message = body.get("error") if isinstance(body, dict) else None
+    code = body.get("code") if isinstance(body, dict) and isinstance(body.get("code"), str) else None
+    if status == 401:
+        code = code or "invalid_api_key"
+    reply = error_body(status, message if isinstance(message, str) else "error", code)
+    if isinstance(body, dict):
+        # What the service adds (a quota's name, limit and retry_after; purged ids) stays beside.
+        reply["error"].update({k: v for k, v in body.items() if k not in {"error", "code"}})  # type: ignore[typeddict-item]
+    kept = {k: v for k, v in headers.items() if k.lower() not in {"content-type", "content-length"}}
+    return web.json_response(reply, status=status, headers=kept, dumps=dialects.dumps)
+
+
+def _service_error(body: str | None) -> Any:
+    """The parsed body when it is the service's own error shape (``error`` a string), else None."""
+    try:
+        parsed = json.loads(body or "")
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict) and isinstance(parsed.get("error"), str) else None
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def chat_error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """On ``/v1/`` paths, every error in OpenAI's shape, whoever answered it (the outermost
+    middleware: the access and quota middlewares answer 401 and 429 themselves)."""
+    if not request.path.startswith(PREFIX):
+        return await handler(request)
+    try:
+        response = await handler(request)
+    except web.HTTPException as exc:
+        body = _service_error(exc.text) if exc.status >= 400 else None
+        if body is None:
+            raise
+        return _reshaped(exc.status, body, exc.headers)
+    if isinstance(response, web.Response) and not response.prepared and response.status >= 400:
+        body = _service_error(response.text) if response.content_type == "application/json" else None
+        if body is not None:
+            return _reshaped(response.status, body, response.headers)
+    return response
+
+
+def add_routes(app: web.Application) -> None:
+    """Register the OpenAI-compatible routes."""
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_get("/v1/models", list_models)
+    app.router.add_get("/v1/models/{model}", get_model)

@@ -1,0 +1,130 @@
+"""Migrations: a database made by the first revision, with sessions in it, upgrades in place and
+is served as if it had always been at the newest; ``agentstream db upgrade`` does it from outside."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import sqlalchemy as sa
+
+from service.db import migrate
+from tests.conftest import ClientFactory
+from tests.db.helpers import ask, events_after, session_body, texts
+from tests.support.instances import REPO_ROOT
+
+CONVERSATION = [
+    {"role": "user", "content": [{"text": "What   is the\ncapital of France? " + "Please " * 20}]},
+    {"role": "assistant", "content": [{"text": "Paris."}]},
+]
+
+
+async def populate_first_revision(url: str) -> None:
+    """The first revision's schema, with one session in it as that version stored it."""
+    engine = migrate.make_engine(url)
+    try:
+        await migrate.upgrade(engine, "0001")
+        assert await migrate.current(engine) == "0001"
+        sessions = sa.table(
+            "sessions",
+            *(
+                sa.column(name)
+                for name in ("id", "owner", "created_at", "updated_at", "status", "last_event_id")
+            ),
+            sa.column("input_tokens"),
+            sa.column("output_tokens"),
+            sa.column("total_tokens"),
+        )
+        messages = sa.table(
+            "messages",
+            sa.column("session_id"),
+            sa.column("seq"),
+            sa.column("run_id"),
+            sa.column("message", sa.JSON),
+        )
+        now = time.time()
+        async with engine.begin() as conn:
+            await conn.execute(
+                sessions.insert().values(
+                    id="old-session",
+                    owner="",
+                    created_at=now - 60,
+                    updated_at=now - 30,
+                    status="idle",
+                    last_event_id=17,
+                    input_tokens=10,
+                    output_tokens=2,
+                    total_tokens=12,
+                )
+            )
+            await conn.execute(
+                messages.insert(),
+                [
+                    {"session_id": "old-session", "seq": i, "run_id": "r0", "message": m}
+                    for i, m in enumerate(CONVERSATION)
+                ],
+            )
+    finally:
+        await engine.dispose()
+
+
+async def test_a_populated_first_revision_database_upgrades_in_place(
+    make_client: ClientFactory, database_url: str
+) -> None:
+    await populate_first_revision(database_url)
+    before, after = await migrate.upgrade_url(database_url)
+    assert (before, after) == ("0001", migrate.head()) and after != "0001"
+
+    client = await make_client(database_url=database_url)
+    listed = (await (await client.get("/sessions")).json())["sessions"]
+    assert [s["id"] for s in listed] == ["old-session"]
+    title = listed[0]["title"]
+    assert (
+        title.startswith("What is the capital of France? Please") and len(title) == 80 and title.endswith("…")
+    )
+    assert listed[0]["usage"] == {"input_tokens": 10, "output_tokens": 2, "total_tokens": 12}
+    body = await session_body(client, "old-session")
+    assert body["messages"] == CONVERSATION and body["last_event_id"] == 17
+    await ask(client, "old-session", "And of Italy?")
+    assert (await events_after(client, "old-session", 17))["events"][0]["id"] == 18
+    assert texts((await session_body(client, "old-session"))["messages"])[2] == "And of Italy?"
+
+
+async def test_the_service_migrates_a_first_revision_database_at_start(
+    make_client: ClientFactory, database_url: str
+) -> None:
+    await populate_first_revision(database_url)
+    client = await make_client(database_url=database_url)
+    assert (await session_body(client, "old-session"))["title"].startswith("What is the capital")
+    engine = migrate.make_engine(database_url)
+    try:
+        assert await migrate.current(engine) == migrate.head()
+    finally:
+        await engine.dispose()
+
+
+def test_agentstream_db_upgrade_migrates_and_says_so(tmp_path: object) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path}/ops/agentstream.db"
+    command = [sys.executable, "-m", "service", "db", "upgrade"]
+    env = {**os.environ, "AGENT_DATABASE_URL": url}
+    first = subprocess.run(
+        command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert first.returncode == 0, first.stderr
+    assert f"from empty to {migrate.head()}" in first.stdout
+    again = subprocess.run(
+        command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert again.returncode == 0 and f"from {migrate.head()} to {migrate.head()}" in again.stdout
+    off = subprocess.run(
+        command,
+        cwd=REPO_ROOT,
+        env={**env, "AGENT_DATABASE_URL": ""},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert off.returncode == 2 and "AGENT_DATABASE_URL is empty" in off.stderr

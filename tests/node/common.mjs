@@ -1,0 +1,12 @@
+// What every script here shares: the service's address and key from the command line and
+// environment, and one JSON line of results on stdout for the pytest test that ran it.
+export const [base, id, ...texts] = process.argv.slice(2);
+export const headers = process.env.AGENT_KEY ? { Authorization: `Bearer ${process.env.AGENT_KEY}` } : {};
+
+export function report(result) {
+  process.stdout.write(`${JSON.stringify(result)}\n`);
+}
+
+export function userMessage(text, n = 1) {
+  return { id: `u${n}`, role: 'user', parts: [{ type: 'text', text }] };
+}

@@ -1,0 +1,98 @@
+"""The protocols' own, unmodified clients against the service on a real port (embedded emulator).
+
+npm ``ai`` 6 (``DefaultChatTransport`` + ``readUIMessageStream``, as ``useChat`` uses them) and
+npm ``@ag-ui/client`` (``HttpAgent``), run by ``node`` from tests/node/. Without Node or the
+packages these tests skip, or fail with ``CI=true`` (see :mod:`tests.support.node`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp.test_utils import TestClient
+
+from tests.conftest import ClientFactory
+from tests.support.node import require_node, run_node
+
+
+def base_url(client: TestClient) -> str:
+    return str(client.make_url("")).rstrip("/")
+
+
+def parts_of(message: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    return [part for part in message["parts"] if part["type"] == kind]
+
+
+async def test_default_chat_transport_assembles_the_answer(client: TestClient) -> None:
+    require_node()
+    result = await run_node("aisdk_chat.mjs", base_url(client), "chat-calc", "What is 12*7?", "Say hello")
+    first, second = result["turns"]
+    assert first["errors"] == [] and second["errors"] == []
+    message = first["message"]
+    assert message["role"] == "assistant"
+    (tool,) = parts_of(message, "dynamic-tool")
+    assert tool["toolName"] == "calculator"
+    assert tool["state"] == "output-available"
+    assert tool["input"] == {"expression": "12*7"}
+    assert tool["output"] == "84"
+    assert "".join(part["text"] for part in parts_of(message, "text")) == "The result is 84."
+    assert len(parts_of(message, "step-start")) == 2  # the tool turn, then the answer
+    session = await (await client.get("/sessions/chat-calc")).json()
+    # The usage in finish's metadata is the query's, as the log's done has it.
+    poll = await (await client.get("/sessions/chat-calc/events/poll?since_index=0")).json()
+    done = [event for event in poll["events"] if event["type"] == "done"]
+    assert message["metadata"]["usage"] == done[0]["usage"]
+    assert message["metadata"]["usage"]["total_tokens"] > 0
+    assert first["chunks"][0] == "start" and first["chunks"][-1] == "finish"
+    # The second message went to the same session: the server's conversation holds both queries.
+    assert parts_of(second["message"], "text")
+    assert [m["role"] for m in session["messages"]] == ["user", "assistant"] * 3  # the tool turn is two
+
+
+async def test_reconnect_to_stream_resumes_then_finds_nothing(make_client: ClientFactory) -> None:
+    require_node()
+    # The tool never answers (and does not time out here): the query runs until it is stopped.
+    client = await make_client(tool_timeout_s=60)
+    result = await run_node(
+        "aisdk_resume.mjs", base_url(client), "chat-resume", "Use a tool [emu:tool=sleepy]"
+    )
+    assert result["firstChunks"][0] == "start" and result["firstChunks"][-1] == "tool-input-start"
+    resumed = result["resumedChunks"]
+    # From the query's first part, whatever the cut stream had seen.
+    assert resumed[:3] == ["start", "start-step", "tool-input-start"]
+    assert resumed[-2:] == ["abort", "finish"]
+    assert result["cancelStatus"] == 202
+    (tool,) = parts_of(result["message"], "dynamic-tool")
+    assert tool["toolName"] == "sleepy" and tool["state"] == "input-available"
+    assert result["message"]["metadata"]["cancelled"] is True
+    assert result["againIsNull"] is True  # the query is over: a 204
+
+
+async def test_http_agent_runs_and_gets_messages(client: TestClient) -> None:
+    require_node()
+    result = await run_node(
+        "agui_run.mjs", base_url(client), "thread-1", "What is 12*7?", "Say hello [emu:reasoning]"
+    )
+    first, second = result["runs"]
+    types = [event["type"] for event in first["events"]]
+    assert types[:3] == ["RUN_STARTED", "MESSAGES_SNAPSHOT", "STEP_STARTED"]
+    assert types[-1] == "RUN_FINISHED"
+    for kind in ("TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "TOOL_CALL_RESULT"):
+        assert kind in types
+    for kind in ("TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END", "STEP_FINISHED"):
+        assert kind in types
+    assert first["result"]["output"] == "The result is 84."
+    messages = first["messages"]
+    call = next(m for m in messages if m["role"] == "assistant" and m.get("toolCalls"))
+    assert call["toolCalls"][0]["function"]["name"] == "calculator"
+    assert any(m["role"] == "tool" and m["content"] == "84" for m in messages)
+    assert any(m["role"] == "assistant" and m.get("content") == "The result is 84." for m in messages)
+    # The second run's snapshot is the server's conversation: the first query, then the new one.
+    snapshot = second["events"][1]
+    assert snapshot["type"] == "MESSAGES_SNAPSHOT"
+    assert [m["role"] for m in snapshot["messages"]] == ["user", "assistant", "tool", "assistant", "user"]
+    second_types = [event["type"] for event in second["events"]]
+    for kind in ("REASONING_START", "REASONING_MESSAGE_CONTENT", "REASONING_END"):
+        assert kind in second_types
+    assert any(m["role"] == "reasoning" for m in second["messages"])
+    assert second_types[-1] == "RUN_FINISHED"
