@@ -336,3 +336,46 @@ async def test_polling_and_the_steps_dialect_carry_the_request(approving: TestCl
     approval = next(step for step in steps if step.get("step_type") == "approval")
     assert approval["tool"] == "calculator" and approval["input"] == {"expression": "6*7"}
     assert [step["type"] for step in steps][-2:] == ["final", "done"]
+
+
+async def test_ai_sdk_and_ag_ui_answers_are_checked_like_every_other(approving: TestClient) -> None:
+    """An answer through /api/chat or /ag-ui that names no approval is a 404, a malformed one a
+    422, and a second, different answer a 409; nothing is logged for them."""
+    session_id = await new_session(approving)
+    await send(approving, session_id, 'Sum [emu:tool=calculator] [emu:tool_input={"expression": "1+1"}]')
+    (request,) = await requests_of(approving, session_id)
+
+    def chat(approval_id: str, approved: Any) -> dict[str, Any]:
+        part = {
+            "type": "dynamic-tool",
+            "toolName": "calculator",
+            "toolCallId": request.tool_use_id,
+            "state": "approval-responded",
+            "input": {},
+            "approval": {"id": approval_id, "approved": approved},
+        }
+        return {"id": session_id, "messages": [{"id": "a1", "role": "assistant", "parts": [part]}]}
+
+    def resume(interrupt_id: str, payload: Any) -> dict[str, Any]:
+        return {
+            "threadId": session_id,
+            "runId": "run-2",
+            "messages": [],
+            "resume": [{"interruptId": interrupt_id, "status": "resolved", "payload": payload}],
+        }
+
+    for path, body, status in [
+        ("/api/chat", chat("nope", True), 404),
+        ("/api/chat", chat(request.approval_id, "yes"), 422),
+        ("/ag-ui", resume("nope", {"approved": True}), 404),
+        ("/ag-ui", resume(request.approval_id, {"approved": "yes"}), 422),
+        ("/ag-ui", resume(request.approval_id, None), 422),
+    ]:
+        async with approving.post(path, json=body) as response:
+            assert response.status == status, (path, body, await response.text())
+            assert "error" in await response.json()
+    await answer(approving, session_id, request.approval_id, {"approved": False})
+    async with approving.post("/ag-ui", json=resume(request.approval_id, {"approved": True})) as response:
+        assert response.status == 409
+    events = await events_until_done(approving, session_id)
+    assert sum(event["type"] == "tool_approval_response" for event in events) == 1
