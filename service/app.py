@@ -19,6 +19,7 @@ from service.agent.calculator import builtin_tools
 from service.agent.loop import AgentLoop
 from service.agent.tools import Tool, ToolExecutor
 from service.config import Settings, load_settings
+from service.core.approvals import ApprovalDesk
 from service.core.durable import DurableSessionStore
 from service.core.log import MemoryEventLog
 from service.core.runs import RunManager
@@ -28,7 +29,18 @@ from service.logs import quiet_malformed_requests
 from service.metrics import Metrics
 from service.monitor import LoopLagMonitor
 from service.providers.base import ModelProvider
-from service.transports import auth, http, mcp, openai_chat, openapi, protocols, sse, web_client, ws
+from service.transports import (
+    approvals,
+    auth,
+    http,
+    mcp,
+    openai_chat,
+    openapi,
+    protocols,
+    sse,
+    web_client,
+    ws,
+)
 from service.transports import sessions as session_routes
 from service.transports.context import CONTEXT, Context, Health
 from service.transports.middleware import error_middleware
@@ -205,6 +217,7 @@ def create_app(
         backoff_s=settings.throttle_backoff_s,
         backoff_max_s=settings.throttle_backoff_max_s,
         planning=settings.steps_planning,
+        require_approval=settings.tools_require_approval,
         context_max_tokens=settings.context_limit(),
     )
 
@@ -247,6 +260,7 @@ def create_app(
             gate=quotas,
             default_max_turns=settings.max_turns,
             max_concurrent=settings.max_concurrent_runs,
+            approvals=ApprovalDesk(sessions, timeout_s=settings.approval_timeout_s),
         ),
         agent=agent,
         tools=executor,
@@ -255,6 +269,7 @@ def create_app(
         records=records,
         metrics=metrics,
         quotas=quotas,
+        tool_schema=lambda name: getattr(executor.current().get(name), "input_schema", None),
     )
     _track_state(services)
 
@@ -355,6 +370,7 @@ def create_app(
     auth.setup(app, settings)
     http.add_routes(app)
     session_routes.add_routes(app)
+    approvals.add_routes(app)
     sse.add_routes(app)
     protocols.add_routes(app)
     ws.add_routes(app)

@@ -49,6 +49,10 @@ class Settings(BaseSettings):
     # Host header names accepted (DNS-rebinding guard); empty: see allowed_host_names().
     allowed_hosts: CommaList = Field(default_factory=list)
     mcp_servers: CommaList = Field(default_factory=list)
+    # Tools whose calls wait for a person's approval (``*``: every tool), and how long a request
+    # waits before it counts as denied (``expired``). See service/core/approvals.py.
+    tools_require_approval: CommaList = Field(default_factory=list)
+    approval_timeout_s: float = Field(600.0, gt=0, le=7 * 24 * 3600)
     mcp_max_sessions: int = Field(1000, ge=1)
     mcp_session_ttl_s: float = Field(3600.0, gt=0)
     tool_timeout_s: float = Field(30.0, gt=0, le=3600)
@@ -153,7 +157,9 @@ class Settings(BaseSettings):
         names |= {host_name(urlsplit(origin).netloc) for origin in self.allowed_origins if origin != "*"}
         return frozenset(name for name in names if name)
 
-    @field_validator("api_keys", "allowed_origins", "allowed_hosts", "mcp_servers", mode="before")
+    @field_validator(
+        "api_keys", "allowed_origins", "allowed_hosts", "mcp_servers", "tools_require_approval", mode="before"
+    )
     @classmethod
     def _split_commas(cls, value: object) -> object:
         if isinstance(value, str):

@@ -9,6 +9,10 @@
      ├── SessionNotFound        no such session (or not the caller's)
  ├── SessionExists          a client-chosen session id is already taken
      ├── RunInProgress          a session already runs a query
+     ├── ApprovalError          a tool approval cannot be answered so
+     │    ├── ApprovalNotFound     no such approval in the session (404)
+     │    ├── ApprovalConflict     answered otherwise already, or its query ended (409)
+     │    └── ApprovalInputInvalid an edited input that the tool's schema refuses (422)
      ├── Overloaded             the instance runs as many queries as it may
      │    └── StreamLimitReached  it holds as many open streams as it may
      ├── SessionLimitReached    the instance holds as many sessions as it may
@@ -61,6 +65,34 @@ class SessionExists(AgentStreamError):
 
 class RunInProgress(AgentStreamError):
     """The session already runs a query."""
+
+
+class ApprovalError(AgentStreamError):
+    """A tool approval cannot be answered as asked; ``status`` is the HTTP status that says why,
+    ``code`` the WebSocket error code."""
+
+    status = 400
+    code = "invalid"
+
+
+class ApprovalNotFound(ApprovalError):
+    """The session has no approval with that id."""
+
+    status = 404
+    code = "not_found"
+
+
+class ApprovalConflict(ApprovalError):
+    """The approval was answered otherwise already, or its query ended before it was answered."""
+
+    status = 409
+    code = "conflict"
+
+
+class ApprovalInputInvalid(ApprovalError):
+    """An answer of the wrong shape, or an edited input that the tool's input schema refuses."""
+
+    status = 422
 
 
 class Overloaded(AgentStreamError):

@@ -7,6 +7,12 @@ then a user message with the toolResult blocks (``status: error`` for a failed t
 conversation is only extended at consistent points, so a cancelled or failed query never leaves
 a toolUse without its result.
 
+Tools named in ``require_approval`` (``*``: every tool) wait for a person: the loop hands their
+uses to the ``approve`` callback the run manager gives it (see :mod:`service.core.approvals`)
+once the model's stream for that turn has ended, so nothing upstream is held while it waits. An
+approved call runs (with the approver's edited input, if any, which the conversation then
+records); a denied or expired one gets an error result that tells the model the user declined.
+
 A query's :class:`~service.core.options.RunOptions` may bring tools the client runs itself: they
 are offered beside the agent's own, and a turn that calls one ends the query there (``done`` with
 ``stop_reason: tool_use``), its calls handed back unanswered; the client's next query brings their
@@ -18,13 +24,14 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
 from service.agent.context import ContextWindow
 from service.agent.tools import ToolExecutor, ToolOutcome
+from service.core.approvals import Approver, Decision
 from service.core.events import (
     ContextTrimmed,
     Event,
@@ -36,6 +43,7 @@ from service.core.events import (
     ToolCall,
     ToolExecuting,
     ToolResult,
+    ToolUse,
     TurnCompleted,
     Usage,
 )
@@ -72,6 +80,7 @@ class AgentLoop:
         backoff_s: float = 0.5,
         backoff_max_s: float = 8.0,
         planning: bool = False,
+        require_approval: Collection[str] = (),
         context_max_tokens: int = 0,
     ) -> None:
         self.provider = provider
@@ -83,6 +92,11 @@ class AgentLoop:
         self.backoff_max_s = backoff_max_s
         self.planning = planning
         self.context = ContextWindow(context_max_tokens)
+        self.require_approval = frozenset(require_approval)
+
+    def needs_approval(self, tool: str) -> bool:
+        """True when a call of ``tool`` waits for a person's approval before it runs."""
+        return "*" in self.require_approval or tool in self.require_approval
 
     async def run(
         self,
@@ -90,9 +104,11 @@ class AgentLoop:
         user_text: str,
         max_turns: int,
         options: RunOptions | None = None,
+        approve: Approver | None = None,
     ) -> AsyncIterator[Event]:
         """Append ``user_text`` to ``messages`` (unless ``options.resume``) and work until end of
-        turn, max tokens, max turns, or a call to one of the client's tools."""
+        turn, max tokens, max turns, or a call to one of the client's tools; ``approve`` decides
+        the tool calls that need approval (without it they are declined)."""
         if self.provider is None:
             raise RuntimeError("the agent loop has no model provider yet")
         provider = self.provider
@@ -207,7 +223,7 @@ class AgentLoop:
             if result.stop_reason == "tool_use" and result.tool_uses:
                 outcomes: dict[str, ToolOutcome] = {}
                 try:
-                    async for event in self._run_tools(result.tool_uses, turn, outcomes):
+                    async for event in self._run_tools(result, turn, outcomes, approve):
                         yield event
                 except BaseException:
                     _close_conversation(messages, current)
@@ -224,7 +240,7 @@ class AgentLoop:
                 calls = [
                     ToolCall(
                         tool=use.tool,
-                        input=use.input,
+                        input=outcomes[use.tool_use_id].input,
                         tool_use_id=use.tool_use_id,
                         is_error=outcomes[use.tool_use_id].is_error,
                         result=outcomes[use.tool_use_id].result,
@@ -291,12 +307,49 @@ class AgentLoop:
                 into.error = error
                 return
 
+    async def _decide(
+        self, uses: list[PendingToolUse], turn: int, approve: Approver | None
+    ) -> dict[str, Decision]:
+        """Ask a person about the uses that need it; the turn goes on once all are answered."""
+        asking = [use for use in uses if not use.input_error and self.needs_approval(use.tool)]
+        if not asking:
+            return {}
+        if approve is None:
+            return {
+                use.tool_use_id: Decision(approved=False, reason="no one can approve it here")
+                for use in asking
+            }
+        return await approve(
+            [
+                ToolUse(tool=use.tool, tool_use_id=use.tool_use_id, input=use.input, turn=turn)
+                for use in asking
+            ]
+        )
+
     async def _run_tools(
-        self, uses: list[PendingToolUse], turn: int, outcomes: dict[str, ToolOutcome]
+        self, result: TurnResult, turn: int, outcomes: dict[str, ToolOutcome], approve: Approver | None
     ) -> AsyncIterator[Event]:
-        """Run the turn's tool uses concurrently; results are told as they come."""
+        """Run the turn's tool uses concurrently (those needing approval once it is given);
+        results are told as they come."""
+        uses = result.tool_uses
+        decisions = await self._decide(uses, turn, approve)
         runnable = []
         for use in uses:
+            decision = decisions.get(use.tool_use_id)
+            if decision is not None and not decision.approved:
+                outcomes[use.tool_use_id] = ToolOutcome(
+                    tool=use.tool,
+                    tool_use_id=use.tool_use_id,
+                    input=use.input,
+                    result=_declined(decision),
+                    is_error=True,
+                    duration_ms=0.0,
+                )
+                yield _result_event(outcomes[use.tool_use_id], turn)
+                continue
+            if decision is not None and decision.input is not None:
+                use = PendingToolUse(use.tool, use.tool_use_id, decision.input)
+                _edit_input(result.message, use)
             yield ToolExecuting(tool=use.tool, tool_use_id=use.tool_use_id, turn=turn)
             if use.input_error:
                 outcomes[use.tool_use_id] = ToolOutcome(
@@ -315,6 +368,20 @@ class AgentLoop:
                 async for outcome in results:
                     outcomes[outcome.tool_use_id] = outcome
                     yield _result_event(outcome, turn)
+
+
+def _declined(decision: Decision) -> str:
+    reason = decision.reason.strip() or "no reason given"
+    return f"The user declined this tool call, so it did not run (reason: {reason})."
+
+
+def _edit_input(message: dict[str, Any], use: PendingToolUse) -> None:
+    """Record an approver's edited input in the assistant's toolUse block, so the conversation
+    holds the call that really ran."""
+    for block in message.get("content", []):
+        tool_use = block.get("toolUse") if isinstance(block, dict) else None
+        if isinstance(tool_use, dict) and tool_use.get("toolUseId") == use.tool_use_id:
+            tool_use["input"] = use.input
 
 
 def _result_event(outcome: ToolOutcome, turn: int) -> ToolResult:

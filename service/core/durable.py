@@ -26,9 +26,18 @@ import asyncio
 import logging
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from service.core.events import Event, RunDone, RunError, StatusChange, is_terminal
+from service.core.events import (
+    Event,
+    RunDone,
+    RunError,
+    StatusChange,
+    ToolApprovalRequest,
+    ToolApprovalResponse,
+    is_terminal,
+)
+from service.core.log import LogEntry
 from service.core.records import Page, RunEnd, SessionRecord, SessionRecords
 from service.core.sessions import IDLE, RUNNING, Session, SessionStore, append_unless_closed
 from service.errors import SessionNotFound
@@ -204,6 +213,16 @@ class DurableSessionStore(SessionStore):
                 del self._finishing[session.id]
                 finishing.set_result(None)
 
+    async def set_status(
+        self, session: Session, fence: str | None, status: str, requests: Sequence[ToolApprovalRequest] = ()
+    ) -> list[LogEntry]:
+        # A query waiting for approval is still recorded as running: the record's status says a
+        # query is in flight (a restart ends it as interrupted), not why it is paused.
+        return await self.live.set_status(session, fence, status, requests)
+
+    async def answer_approval(self, session: Session, response: ToolApprovalResponse) -> str | None:
+        return await self.live.answer_approval(session, response)
+
     async def cancel_elsewhere(self, session_id: str) -> bool:
         return await self.live.cancel_elsewhere(session_id)
 
@@ -220,7 +239,7 @@ class DurableSessionStore(SessionStore):
                 session = await self.get(record.id)
             except SessionNotFound:
                 continue
-            if session.status != RUNNING and record.run_id not in self._runs.values():
+            if not session.active and record.run_id not in self._runs.values():
                 await self._record_interrupted_quietly(session, record)
             record.status = session.status
         return page

@@ -181,6 +181,36 @@ class RunError(_Event):
     usage: Usage = Field(default_factory=Usage)
 
 
+class ToolApprovalRequest(_Event):
+    """A tool call waits for a person's approval (``AGENT_TOOLS_REQUIRE_APPROVAL``).
+
+    ``expires_at`` is epoch seconds: unanswered by then, the call counts as denied (``expired``).
+    """
+
+    type: Literal["tool_approval_request"] = "tool_approval_request"
+    approval_id: str
+    tool: str
+    tool_use_id: str
+    input: Any
+    expires_at: float
+    turn: int = 1
+
+
+class ToolApprovalResponse(_Event):
+    """The answer to a :class:`ToolApprovalRequest`, logged once by whoever answered first.
+
+    ``input`` is an edited input the tool runs with instead of the model's (approved only);
+    ``by`` says where the answer came from (``http``, ``ws``, ``mcp``, ``timeout``, ...).
+    """
+
+    type: Literal["tool_approval_response"] = "tool_approval_response"
+    approval_id: str
+    approved: bool
+    reason: str = ""
+    by: str = ""
+    input: Any = None
+
+
 class ContextTrimmed(_Event):
     """The conversation outgrew the model's window: its oldest whole turns were left out of what
     was sent (the session keeps every message). Logged when the number left out changes."""
@@ -194,7 +224,7 @@ class ContextTrimmed(_Event):
 
 
 class StatusChange(_Event):
-    """The session's status changed (idle, running, cancelled, ...)."""
+    """The session's status changed (idle, running, waiting, cancelled, ...)."""
 
     type: Literal["status_change"] = "status_change"
     status: str
@@ -214,6 +244,8 @@ Event = Annotated[
     | StepCompleted
     | RunDone
     | RunError
+    | ToolApprovalRequest
+    | ToolApprovalResponse
     | ContextTrimmed
     | StatusChange,
     Field(discriminator="type"),

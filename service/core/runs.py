@@ -18,8 +18,9 @@ import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
+from service.core.approvals import ApprovalDesk, Approver
 from service.core.committer import Committer
 from service.core.events import (
     Event,
@@ -37,7 +38,15 @@ from service.core.events import (
     is_terminal,
 )
 from service.core.options import RunOptions
-from service.core.sessions import IDLE, RUNNING, Session, SessionStore, append_unless_closed
+from service.core.run_parts import Agent, NoGate, NoObserver, RunGate, RunObserver
+from service.core.sessions import (
+    IDLE,
+    RUNNING,
+    Session,
+    SessionStore,
+    append_unless_closed,
+    close_approvals,
+)
 from service.errors import Overloaded, RunInProgress, RunLost, StoreUnavailable
 from service.logs import run_id_var, session_id_var
 
@@ -45,72 +54,6 @@ log = logging.getLogger(__name__)
 
 CANCELLED = "cancelled"
 SHUTDOWN = "shutdown"
-
-
-class Agent(Protocol):
-    """What the run manager needs of an agent: a stream of canonical events for one query."""
-
-    def run(
-        self,
-        messages: list[dict[str, Any]],
-        user_text: str,
-        max_turns: int,
-        options: RunOptions | None = None,
-    ) -> AsyncIterator[Event]:
-        """Append the user's text to ``messages`` (unless ``options.resume``), work, and yield
-        events ending with done/error."""
-        ...
-
-
-class RunObserver(Protocol):
-    """Told what the runs do, for metrics; every call is cheap and synchronous."""
-
-    def run_started(self, run_id: str, appended: int) -> None: ...
-
-    def event_logged(self, run_id: str, event: Event) -> None: ...
-
-    def run_finished(self, run_id: str, terminal: Event, appended: int) -> None: ...
-
-
-class RunGate(Protocol):
-    """Per-owner limits on runs (quotas); every call is cheap and returns at once.
-
-    ``admit`` refuses a run before anything of it exists by raising (the transports' quotas
-    raise :class:`~service.errors.QuotaExceeded`); a gate that must ask elsewhere (quotas shared
-    through Redis) returns an awaitable instead, which raises the same way. Each admitted run is
-    ``release``d exactly once, however it ends; a gate may return an awaitable from it that
-    completes once the run's slot is free everywhere (the manager waits for it before the run's
-    terminal event is logged, so a client that has read ``done`` may start its next query), and
-    that never raises. ``used`` hears the model tokens of each turn as it is logged.
-    """
-
-    def admit(self, owner: str) -> Awaitable[None] | None: ...
-
-    def used(self, owner: str, usage: Usage) -> None: ...
-
-    def release(self, owner: str) -> Awaitable[None] | None: ...
-
-
-class _NoGate:
-    def admit(self, owner: str) -> None:
-        pass
-
-    def used(self, owner: str, usage: Usage) -> None:
-        pass
-
-    def release(self, owner: str) -> None:
-        pass
-
-
-class _NoObserver:
-    def run_started(self, run_id: str, appended: int) -> None:
-        pass
-
-    def event_logged(self, run_id: str, event: Event) -> None:
-        pass
-
-    def run_finished(self, run_id: str, terminal: Event, appended: int) -> None:
-        pass
 
 
 @dataclass
@@ -183,11 +126,13 @@ class RunManager:
         gate: RunGate | None = None,
         default_max_turns: int = 10,
         max_concurrent: int = 256,
+        approvals: ApprovalDesk | None = None,
     ) -> None:
         self._agent = agent
+        self.approvals = approvals
         self._store = store
-        self._observer = observer or _NoObserver()
-        self._gate = gate or _NoGate()
+        self._observer = observer or NoObserver()
+        self._gate = gate or NoGate()
         self._default_max_turns = default_max_turns
         self._max_concurrent = max_concurrent
         self._runs: dict[str, Run] = {}
@@ -297,7 +242,7 @@ class RunManager:
         partial = False
         if run is not None:
             progress, message = run.progress, run.message
-        elif session.status == RUNNING and session.run_start_id:
+        elif session.active and session.run_start_id:
             progress, message = _Progress(), session.run_message
             entries = await session.log.read(session.run_start_id, strict=False)
             # A query so long that its own first events were purged can only be summed up
@@ -398,8 +343,7 @@ class RunManager:
             else None
         )
         try:
-            events = self._agent.run(session.messages, run.message, run.max_turns, run.options)
-            async for event in events:
+            async for event in self._agent_events(run, committer):
                 run.taken += 1
                 if 0 < session.ids_renew_at <= session.run_start_id + 1 + run.taken and self._store:
                     await self._store.reserve_ids(session, session.run_start_id + 1 + run.taken)
@@ -451,6 +395,23 @@ class RunManager:
                 run, RunError(error="internal error", code="internal_error", turns=progress.turns)
             )
 
+    def _agent_events(self, run: Run, committer: Committer | None) -> AsyncIterator[Event]:
+        """The agent's events for the run; with a desk, its tool uses may wait for approval."""
+        session = run.session
+        desk = self.approvals
+        if desk is None:
+            return self._agent.run(session.messages, run.message, run.max_turns, run.options)
+
+        async def approve(uses: Any) -> Any:
+            if committer is not None:
+                await committer.drain()  # the requests follow what the run logged before them
+            return await desk.ask(session, run.fence, uses, lambda events: self._logged(run, events))
+
+        approver: Approver = approve
+        return self._agent.run(  # type: ignore[call-arg]
+            session.messages, run.message, run.max_turns, run.options, approve=approver
+        )
+
     async def _finish(self, run: Run, terminal: Event) -> None:
         # Free the session before the terminal event is seen, so a client that reads `done`
         # may start its next query at once without a 409.
@@ -474,6 +435,7 @@ class RunManager:
         if self._store is not None:
             await self._store.finish_run(run.session, run.fence, events)
         else:
+            close_approvals(run.session)
             await append_unless_closed(run.session.log, events)
 
 

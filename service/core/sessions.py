@@ -14,17 +14,23 @@ import re
 import secrets
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.core.events import Event, Usage
-from service.core.log import EventLog, MemoryEventLog
+from service.core.events import Event, StatusChange, ToolApprovalRequest, ToolApprovalResponse, Usage
+from service.core.log import EventLog, LogEntry, MemoryEventLog
 from service.core.records import SessionRecord
 from service.errors import QuotaExceeded, SessionExists, SessionLimitReached, SessionNotFound
 
 IDLE = "idle"
 RUNNING = "running"
+WAITING = "waiting"  # the query waits for a person to approve a tool call
+# The statuses of a session whose query is in flight (on whichever instance).
+ACTIVE = frozenset({RUNNING, WAITING})
+
+# The states of a tool approval, as the stores keep them (short: Redis keeps one per approval).
+PENDING, APPROVED, DENIED, CLOSED = "p", "1", "0", "x"
 
 
 @dataclass
@@ -47,10 +53,58 @@ class Session:
     # Once the query in flight has logged this id, it reserves more ids (0: it need not; see
     # SessionStore.reserve_ids).
     ids_renew_at: int = 0
+    # Tool approvals by id: their state (PENDING, APPROVED, DENIED, or CLOSED once the query that
+    # asked ended unanswered), and the requests still pending.
+    approvals: dict[str, str] = field(default_factory=dict)
+    approval_requests: dict[str, ToolApprovalRequest] = field(default_factory=dict)
 
     def touch(self) -> None:
         """Note activity, for the idle time-to-live."""
         self.last_active = time.monotonic()
+
+    @property
+    def active(self) -> bool:
+        """True while a query is in flight (running, or waiting for an approval)."""
+        return self.status in ACTIVE
+
+    def pending_approvals(self) -> list[ToolApprovalRequest]:
+        """The approval requests nobody has answered yet, oldest first."""
+        return [
+            request
+            for approval_id, request in self.approval_requests.items()
+            if self.approvals.get(approval_id) == PENDING
+        ]
+
+
+async def open_locally(
+    session: Session, fence: str | None, status: str, requests: list[ToolApprovalRequest]
+) -> list[LogEntry]:
+    """Mark ``requests`` pending, set the status, and log the requests and the status change:
+    the default of :meth:`SessionStore.set_waiting`, for a store one process owns."""
+    for request in requests:
+        session.approvals[request.approval_id] = PENDING
+        session.approval_requests[request.approval_id] = request
+    session.status = status
+    return await session.log.append_many([*requests, StatusChange(status=status)], fence=fence)
+
+
+def answer_locally(session: Session, response: ToolApprovalResponse) -> str | None:
+    """Take ``response`` if its approval is pending (then None, and the caller logs it); else the
+    approval's state as it stands (APPROVED, DENIED, CLOSED), or None with nothing known of it."""
+    state = session.approvals.get(response.approval_id)
+    if state != PENDING:
+        return state or ""
+    session.approvals[response.approval_id] = APPROVED if response.approved else DENIED
+    session.approval_requests.pop(response.approval_id, None)
+    return None
+
+
+def close_approvals(session: Session) -> None:
+    """The query ended: the approvals it left unanswered can no longer be answered."""
+    for approval_id in list(session.approval_requests):
+        if session.approvals.get(approval_id) == PENDING:
+            session.approvals[approval_id] = CLOSED
+    session.approval_requests.clear()
 
 
 async def append_unless_closed(log: EventLog, events: list[Event]) -> None:
@@ -143,13 +197,31 @@ class SessionStore(abc.ABC):
 
     async def finish_run(self, session: Session, fence: str | None, events: list[Event]) -> None:
         """End the run in one step: keep the conversation and usage, append ``events`` (the
-        status change and the terminal event), and give up the claim."""
+        status change and the terminal event), close the approvals it left unanswered, and give
+        up the claim."""
+        close_approvals(session)
         await append_unless_closed(session.log, events)
 
     async def reserve_ids(self, session: Session, reached: int) -> None:
         """The query in flight has logged ids up to ``reached`` (past ``session.ids_renew_at``):
         reserve more of them where a store keeps reservations (the durable one does)."""
         session.ids_renew_at = 0
+
+    async def set_status(
+        self, session: Session, fence: str | None, status: str, requests: Sequence[ToolApprovalRequest] = ()
+    ) -> list[LogEntry]:
+        """In one step: record ``requests`` as pending approvals, make ``status`` the session's,
+        and log the requests then a ``status_change``; the run's claim is the fence."""
+        return await open_locally(session, fence, status, list(requests))
+
+    async def answer_approval(self, session: Session, response: ToolApprovalResponse) -> str | None:
+        """Log ``response`` if its approval is still pending, checked and logged in one step
+        whichever instance answers, so an approval is answered once. Returns None when it was
+        taken; otherwise the approval's state (APPROVED, DENIED, CLOSED), or "" for an unknown id."""
+        state = answer_locally(session, response)
+        if state is None:
+            await session.log.append(response)
+        return state
 
     async def cancel_elsewhere(self, session_id: str) -> bool:
         """Ask the instance running the session's query to cancel it; False when none runs."""
@@ -261,7 +333,7 @@ class MemorySessionStore(SessionStore):
         expired = [
             session.id
             for session in self._sessions.values()
-            if session.status != RUNNING and now - session.last_active > self.ttl_s
+            if session.status not in ACTIVE and now - session.last_active > self.ttl_s
         ]
         for session_id in expired:
             await self.delete(session_id)

@@ -244,7 +244,9 @@ def _decide(
             return [_ToolCall(CALCULATOR, {"expression": "1+1"})], []
         return [], word_deltas(tool_result_answer(results, question).split())
     if directives.get("tool"):
-        return [_ToolCall(directives["tool"], json_object_value(directives, "tool_input"))], []
+        # One call per comma-separated name, each with the ``tool_input`` directive's JSON object.
+        names = [name.strip() for name in directives["tool"].split(",") if name.strip()]
+        return [_ToolCall(name, json_object_value(directives, "tool_input")) for name in names], []
     tools_count = int_value(directives, "tools", None)
     if tools_count is not None and tools_count >= 1:
         return [_ToolCall(CALCULATOR, {"expression": f"{k}+{k}"}) for k in range(1, tools_count + 1)], []

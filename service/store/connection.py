@@ -178,7 +178,19 @@ class RedisConnections:
         )
         self.scripts = {
             name: self.redis.register_script(getattr(scripts, name))
-            for name in ("APPEND", "CREATE", "RESTORE", "LOAD", "REAP", "CLAIM", "FINISH", "RENEW", "DELETE")
+            for name in (
+                "APPEND",
+                "CREATE",
+                "RESTORE",
+                "LOAD",
+                "REAP",
+                "CLAIM",
+                "FINISH",
+                "RENEW",
+                "DELETE",
+                "STATUS",
+                "ANSWER",
+            )
         }
         # Claim renewals and session checks have connections of their own, so a busy pool of
         # appends can never starve them (a claim that is not renewed in time interrupts a query).

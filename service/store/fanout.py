@@ -24,6 +24,7 @@ from redis.exceptions import RedisError
 from service.core.events import Event, StatusChange
 from service.core.log import LogEntry
 from service.core.sessions import (
+    ACTIVE,
     IDLE,
     RUNNING,
 )
@@ -74,7 +75,8 @@ class Tail:
         self.closed = False
         self.failed: StoreUnavailable | None = None
         self.refs = 0
-        self.status = status
+        # RUNNING while a query is in flight (waiting for an approval too), so it is checked.
+        self.status = RUNNING if status in ACTIVE else IDLE
         # Entries this instance appended, by id, and the events of appends on their way, by their
         # JSON: the reader takes these instead of decoding the same JSON again.
         self.appended: dict[int, LogEntry] = {}
@@ -92,7 +94,7 @@ class Tail:
         self.cursor = entry.id
         event = entry.event
         if isinstance(event, StatusChange):
-            self.status = RUNNING if event.status == RUNNING else IDLE
+            self.status = RUNNING if event.status in ACTIVE else IDLE
         self.entries.append(entry)
 
     def stored(self, entries: list[LogEntry]) -> None:

@@ -4,7 +4,10 @@ Keys of a session (``P`` is ``AGENT_REDIS_PREFIX``):
 
 - ``P:s:<id>``      hash: owner, conversation, usage, status, the running query, ``last_id``,
   ``bytes`` (the log's kept size), ``tok`` (the last append's token, for safe retries), ``fin``
-  (the claim of the last query that finished, so a retried finish is known)
+  (the claim of the last query that finished, so a retried finish is known); per tool approval
+  ``ap:<approval id>`` its state (``p`` pending, ``1`` approved, ``0`` denied, ``x`` closed: its
+  query ended unanswered) and, while pending, ``aq:<approval id>`` the request's JSON; ``apl``
+  the running query's approval ids, space-separated, for closing them when it ends
 - ``P:s:<id>:log``  stream: one entry per event with the id ``<n>-0`` (``n`` is the event's
   integer id), fields ``e`` (the event's JSON), ``t`` (when it was logged), ``n`` (its size as the byte
   bound counts it, the same as in memory);
@@ -52,7 +55,23 @@ local function append(meta, logk, json, ts, size, max_bytes)
   return id
 end
 
+local function close_approvals(meta)
+  local ids = redis.call('HGET', meta, 'apl')
+  if not ids then return end
+  for aid in string.gmatch(ids, '%S+') do
+    if redis.call('HGET', meta, 'ap:' .. aid) == 'p' then redis.call('HSET', meta, 'ap:' .. aid, 'x') end
+    redis.call('HDEL', meta, 'aq:' .. aid)
+  end
+  redis.call('HDEL', meta, 'apl')
+end
+
+local function active(meta)
+  local status = redis.call('HGET', meta, 'status')
+  return status == 'running' or status == 'waiting'
+end
+
 local function interrupt(meta, logk, max_bytes, ts, status_json, error_json)
+  close_approvals(meta)
   append(meta, logk, status_json, ts, #status_json, max_bytes)
   append(meta, logk, error_json, ts, #error_json, max_bytes)
   redis.call('HSET', meta, 'status', 'idle', 'run_id', '', 'run_msg', '', 'run_start', 0)
@@ -127,7 +146,7 @@ return 1
 # ARGV from index `base`: max_bytes, ts, status_json, error_json
 _REAP_IF_ORPHANED = """
 local function reap(meta, logk, lockk, base)
-  if redis.call('HGET', meta, 'status') ~= 'running' then return 0 end
+  if not active(meta) then return 0 end
   if redis.call('EXISTS', lockk) == 1 then return 0 end
   interrupt(meta, logk, tonumber(ARGV[base]), ARGV[base + 1], ARGV[base + 2], ARGV[base + 3])
   return 1
@@ -165,7 +184,7 @@ CLAIM = (
     + """
 if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('NOSESSION') end
 if not redis.call('SET', KEYS[3], ARGV[2], 'NX', 'PX', ARGV[3]) then return redis.error_reply('CLAIMED') end
-if redis.call('HGET', KEYS[1], 'status') == 'running' then
+if active(KEYS[1]) then
   interrupt(KEYS[1], KEYS[2], tonumber(ARGV[8]), ARGV[9], ARGV[10], ARGV[11])
 end
 local start = tonumber(redis.call('HGET', KEYS[1], 'last_id')) + 1
@@ -185,6 +204,7 @@ if redis.call('GET', KEYS[3]) ~= ARGV[2] then
   if redis.call('HGET', KEYS[1], 'fin') == ARGV[2] then return 1 end
   return redis.error_reply('RUNLOST')
 end
+close_approvals(KEYS[1])
 redis.call('HSET', KEYS[1], 'messages', ARGV[3], 'usage', ARGV[4], 'status', 'idle',
   'run_id', '', 'run_msg', '', 'run_start', 0, 'fin', ARGV[2])
 redis.call('DEL', KEYS[3])
@@ -195,6 +215,49 @@ while i < #ARGV do
 end
 refresh(KEYS[1], KEYS[2], KEYS[4], ARGV[1], tonumber(ARGV[5]), tonumber(ARGV[6]))
 return 1
+"""
+)
+
+# KEYS meta, log, lock   ARGV fence, status, ts, max_bytes, n, then (approval id, request json) n
+# times, then (json, size) per event -> the last id. The running query's status (``waiting`` with
+# the approvals it opens, ``running`` again once they are answered) and its events, in one step.
+STATUS = (
+    _APPEND
+    + """
+if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('NOSESSION') end
+if redis.call('GET', KEYS[3]) ~= ARGV[1] then return redis.error_reply('RUNLOST') end
+redis.call('HSET', KEYS[1], 'status', ARGV[2])
+local n = tonumber(ARGV[5])
+local i = 6
+for _ = 1, n do
+  redis.call('HSET', KEYS[1], 'ap:' .. ARGV[i], 'p', 'aq:' .. ARGV[i], ARGV[i + 1])
+  local ids = redis.call('HGET', KEYS[1], 'apl')
+  redis.call('HSET', KEYS[1], 'apl', (ids and (ids .. ' ') or '') .. ARGV[i])
+  i = i + 2
+end
+local id = tonumber(redis.call('HGET', KEYS[1], 'last_id'))
+while i < #ARGV do
+  id = append(KEYS[1], KEYS[2], ARGV[i], ARGV[3], tonumber(ARGV[i + 1]), tonumber(ARGV[4]))
+  i = i + 2
+end
+return id
+"""
+)
+
+# KEYS meta, log   ARGV approval id, approved ('1' or '0'), response json, ts, size, max_bytes
+# -> 'ok' when this answer was taken (and logged), else the approval's state ('1', '0', 'x'), or
+# '' for an id the session never had. Checked and logged in one step: answered once, anywhere.
+ANSWER = (
+    _APPEND
+    + """
+if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('NOSESSION') end
+local state = redis.call('HGET', KEYS[1], 'ap:' .. ARGV[1])
+if not state then return '' end
+if state ~= 'p' then return state end
+redis.call('HSET', KEYS[1], 'ap:' .. ARGV[1], ARGV[2])
+redis.call('HDEL', KEYS[1], 'aq:' .. ARGV[1])
+append(KEYS[1], KEYS[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]))
+return 'ok'
 """
 )
 

@@ -7,15 +7,26 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from redis.exceptions import RedisError, ResponseError
 
-from service.core.events import Event, Usage, is_terminal
+from service.core.events import (
+    Event,
+    StatusChange,
+    ToolApprovalRequest,
+    ToolApprovalResponse,
+    Usage,
+    is_terminal,
+)
+from service.core.log import LogEntry, entry_bytes
 from service.core.records import SessionRecord
 from service.core.sessions import (
+    APPROVED,
+    DENIED,
     IDLE,
+    PENDING,
     RUNNING,
     MemorySessionStore,
     Session,
@@ -102,6 +113,12 @@ class RedisSessionStore(SessionStore):
             raise
         fields = dict(zip(flat[::2], flat[1::2], strict=True))
         status = fields.get("status", IDLE)
+        approvals = {name[3:]: value for name, value in fields.items() if name.startswith("ap:")}
+        requests = {
+            name[3:]: ToolApprovalRequest.model_validate_json(value)
+            for name, value in fields.items()
+            if name.startswith("aq:")
+        }
         return Session(
             id=session_id,
             log=RedisEventLog(backend, session_id, status),
@@ -113,6 +130,8 @@ class RedisSessionStore(SessionStore):
             run_id=fields.get("run_id", ""),
             run_message=fields.get("run_msg", ""),
             run_start_id=int(fields.get("run_start") or 0),
+            approvals=approvals,
+            approval_requests=dict(sorted(requests.items(), key=lambda item: item[1].expires_at)),
         )
 
     async def restore(self, record: SessionRecord) -> tuple[Session, bool]:
@@ -225,6 +244,69 @@ class RedisSessionStore(SessionStore):
             if "RUNLOST" in str(exc):
                 raise RunLost(f"session {session.id}: the run's claim expired") from None
             raise
+
+    async def set_status(
+        self, session: Session, fence: str | None, status: str, requests: Sequence[ToolApprovalRequest] = ()
+    ) -> list[LogEntry]:
+        if self._is_local(session) or fence is None:
+            return await super().set_status(session, fence, status, requests)
+        backend = self.backend
+        events: list[Event] = [*requests, StatusChange(status=status)]
+        raws = [event.model_dump_json() for event in events]
+        sizes = [entry_bytes(len(raw)) for raw in raws]
+        ts = time.time()
+        args: list[Any] = [fence, status, f"{ts:.6f}", backend.max_bytes, len(requests)]
+        for request, raw in zip(requests, raws, strict=False):
+            args += (request.approval_id, raw)
+        for raw, size in zip(raws, sizes, strict=True):
+            args += (raw, size)
+
+        try:
+            # Sent once: unlike an append it carries no token, so a retry could log it twice.
+            async with backend.call():
+                last_id = int(
+                    await backend.scripts["STATUS"](keys=backend.session_keys(session.id), args=args)
+                )
+        except ResponseError as exc:
+            if "RUNLOST" in str(exc) or "NOSESSION" in str(exc):
+                raise RunLost(f"session {session.id}: the run's claim expired") from None
+            raise
+        for request in requests:
+            session.approvals[request.approval_id] = PENDING
+            session.approval_requests[request.approval_id] = request
+        session.status = status
+        first = last_id - len(events) + 1
+        entries = [
+            LogEntry(first + n, event, size, ts)
+            for n, (event, size) in enumerate(zip(events, sizes, strict=True))
+        ]
+        tail = backend.fanout.tails.get(session.id)
+        if tail is not None:
+            tail.stored(entries)  # as an append's: the followers have them at once
+        return entries
+
+    async def answer_approval(self, session: Session, response: ToolApprovalResponse) -> str | None:
+        if self._is_local(session):
+            return await super().answer_approval(session, response)
+        backend = self.backend
+        raw = response.model_dump_json()
+        args = [
+            response.approval_id,
+            APPROVED if response.approved else DENIED,
+            raw,
+            f"{time.time():.6f}",
+            entry_bytes(len(raw)),
+            backend.max_bytes,
+        ]
+        try:
+            async with backend.call():
+                taken = await backend.scripts["ANSWER"](keys=backend.session_keys(session.id)[:2], args=args)
+        except ResponseError as exc:
+            if "NOSESSION" in str(exc):
+                raise SessionNotFound(session.id) from None
+            raise
+        backend.fanout.reread(session.id)  # the answer comes to this instance's followers through the reader
+        return None if taken == "ok" else str(taken)
 
     async def cancel_elsewhere(self, session_id: str) -> bool:
         if session_id in self.local:

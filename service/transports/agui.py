@@ -9,6 +9,11 @@ joins late has it), ``STEP_STARTED`` / ``STEP_FINISHED`` around each model turn,
 ``_RESULT`` for the service's own tools, and ``RUN_FINISHED`` (usage and the answer in
 ``result``) or ``RUN_ERROR``.
 
+A query that waits for tool approvals ends the HTTP run with ``RUN_FINISHED`` whose ``outcome`` is
+``{"type": "interrupt", "interrupts": [...]}``, one interrupt per pending approval (``id`` the
+approval id, ``toolCallId``, ``expiresAt``, the call in ``metadata``); the query keeps waiting on
+the server, and the next ``RunAgentInput`` whose ``resume`` answers them continues it.
+
 As with :mod:`service.transports.aisdk`, an :class:`AgUiStream` per stream keeps which message is
 open, fed in order (and primed with what a resumed client has seen); each event kind has a handler
 in :data:`_HANDLERS`.
@@ -18,12 +23,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from ag_ui.core import (
     AssistantMessage,
     BaseEvent,
     FunctionCall,
+    Interrupt,
     MessagesSnapshotEvent,
     ReasoningEndEvent,
     ReasoningMessageContentEvent,
@@ -33,6 +40,7 @@ from ag_ui.core import (
     RunAgentInput,
     RunErrorEvent,
     RunFinishedEvent,
+    RunFinishedInterruptOutcome,
     RunStartedEvent,
     StepFinishedEvent,
     StepStartedEvent,
@@ -58,6 +66,8 @@ from service.core.events import (
     RunStarted,
     StepCompleted,
     TextDelta,
+    ToolApprovalRequest,
+    ToolApprovalResponse,
     ToolInputDelta,
     ToolResult,
     ToolUse,
@@ -66,6 +76,17 @@ from service.core.events import (
 from service.core.log import LogEntry
 
 ENCODER = EventEncoder()
+INTERRUPT_REASON = "tool_approval"
+# What a resume entry's payload holds (the service's own approval answer).
+ANSWER_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "approved": {"type": "boolean"},
+        "reason": {"type": "string", "maxLength": 2000},
+        "input": {"type": "object", "description": "An edited input for the tool (approved only)."},
+    },
+    "required": ["approved"],
+}
 Message = UserMessage | AssistantMessage | ToolMessage
 
 # -- the request --------------------------------------------------------------------------------
@@ -161,6 +182,7 @@ class AgUiStream:
         self.reasoning_id: str | None = None  # the open reasoning message
         self.step: str | None = None  # the open step's name
         self.turn_message: str | None = None  # the current turn's text message (a tool call's parent)
+        self.interrupts: dict[str, Interrupt] = {}  # the approvals pending, by id
 
     def events(self, entry: LogEntry) -> list[BaseEvent]:
         """The AG-UI events one log entry becomes (often none)."""
@@ -175,6 +197,16 @@ class AgUiStream:
     def ended(self, error: RunError) -> list[BaseEvent]:
         """The events that end a stream cut short (the log purged or closed, the store gone)."""
         return [RunErrorEvent(message=error.error, code=error.code)]
+
+    def paused(self) -> list[BaseEvent]:
+        """The events that end a run whose query now waits for approvals."""
+        events = self._close_step()
+        if self.interrupts:
+            outcome = RunFinishedInterruptOutcome(interrupts=list(self.interrupts.values()))
+            events.append(
+                RunFinishedEvent(thread_id=self.thread_id, run_id=self.run_id or "", outcome=outcome)
+            )
+        return events
 
     def _close_blocks(self) -> list[BaseEvent]:
         events: list[BaseEvent] = []
@@ -258,6 +290,22 @@ class AgUiStream:
             )
         ]
 
+    def _approval_request(self, event: ToolApprovalRequest, entry_id: int) -> list[BaseEvent]:
+        self.interrupts[event.approval_id] = Interrupt(
+            id=event.approval_id,
+            reason=INTERRUPT_REASON,
+            message=f"Run the tool {event.tool}?",
+            tool_call_id=event.tool_use_id,
+            response_schema=ANSWER_SCHEMA,
+            expires_at=datetime.fromtimestamp(event.expires_at, UTC).isoformat(),
+            metadata={"toolName": event.tool, "toolInput": event.input},
+        )
+        return []
+
+    def _approval_response(self, event: ToolApprovalResponse, entry_id: int) -> list[BaseEvent]:
+        self.interrupts.pop(event.approval_id, None)
+        return []
+
     def _step(self, event: StepCompleted, entry_id: int) -> list[BaseEvent]:
         return self._close_step()
 
@@ -300,6 +348,8 @@ _HANDLERS: dict[type[Event], Callable[[AgUiStream, Any, int], list[BaseEvent]]] 
     ToolInputDelta: AgUiStream._tool_input,
     ToolUse: AgUiStream._tool_use,
     ToolResult: AgUiStream._tool_result,
+    ToolApprovalRequest: AgUiStream._approval_request,
+    ToolApprovalResponse: AgUiStream._approval_response,
     StepCompleted: AgUiStream._step,
     RunDone: AgUiStream._done,
     RunError: AgUiStream._error,

@@ -11,7 +11,12 @@ shapes are those of ``uiMessageChunkSchema`` in the ``ai`` package:
   ``tool-input-delta`` ``{toolCallId, inputTextDelta}``, ``tool-input-available`` ``{input}``,
   then ``tool-output-available`` ``{output}`` or ``tool-output-error`` ``{errorText}``;
 - ``finish`` ``{finishReason, messageMetadata: {usage, turns, ...}}``, or ``abort`` then ``finish``
-  for a cancelled query, or ``error`` ``{errorText}`` for a failed one.
+  for a cancelled query, or ``error`` ``{errorText}`` for a failed one;
+- a tool call that waits for approval: ``tool-approval-request`` ``{approvalId, toolCallId}``, and
+  the stream ends as the SDK ends a step awaiting approval (``finish-step``, ``finish``
+  ``{finishReason: "tool-calls"}``) while the query waits on the server; the client's next
+  ``POST /api/chat`` carries the answers (tool parts in state ``approval-responded``) and gets the
+  rest of the same query. A denied call is ``tool-output-denied`` ``{toolCallId}``.
 
 Unlike the session dialect this one has state (which text block is open, whether a step is), so a
 :class:`UIMessageStream` is made per stream. It is still a pure function of the events it is fed:
@@ -35,6 +40,8 @@ from service.core.events import (
     RunStarted,
     StepCompleted,
     TextDelta,
+    ToolApprovalRequest,
+    ToolApprovalResponse,
     ToolInputDelta,
     ToolResult,
     ToolUse,
@@ -96,6 +103,30 @@ def query_of(messages: list[UIMessage]) -> str:
     return text
 
 
+def approvals_of(messages: list[UIMessage]) -> list[tuple[str, bool, str | None]]:
+    """The approval answers a chat sends (``addToolApprovalResponse``): ``(approval id, approved,
+    reason)`` for each tool part of the last message, the assistant's, in state
+    ``approval-responded``; none when the last message is the user's. ``ValueError`` for a
+    malformed one."""
+    last = messages[-1]
+    if last.role != "assistant":
+        return []
+    answers = []
+    for part in last.parts:
+        if part.get("state") != "approval-responded":
+            continue
+        approval = part.get("approval")
+        if not (
+            isinstance(approval, dict)
+            and isinstance(approval.get("id"), str)
+            and isinstance(approval.get("approved"), bool)
+        ):
+            raise ValueError("an approval-responded tool part needs approval.id and approval.approved")
+        reason = approval.get("reason")
+        answers.append((approval["id"], approval["approved"], reason if isinstance(reason, str) else None))
+    return answers
+
+
 # -- the projection -----------------------------------------------------------------------------
 
 
@@ -127,6 +158,8 @@ class UIMessageStream:
         self.reasoning_id: str | None = None  # the open reasoning block
         self.step_open = False
         self.started = False
+        self.approval_calls: dict[str, str] = {}  # approval id -> its tool call id
+        self.denied: set[str] = set()  # tool calls denied: their error result is not told again
 
     def parts(self, entry: LogEntry) -> list[Part]:
         """The parts one log entry becomes (often none)."""
@@ -141,6 +174,10 @@ class UIMessageStream:
     def ended(self, error: RunError) -> list[Part]:
         """The parts that end a stream cut short (the log purged or closed, the store gone)."""
         return [*self._close_blocks(), {"type": "error", "errorText": error.error}]
+
+    def paused(self) -> list[Part]:
+        """The parts that end a stream whose query now waits for approvals."""
+        return [*self._close_step(), {"type": "finish", "finishReason": "tool-calls"}]
 
     # Each handler: (state, event, entry id) -> parts.
 
@@ -215,7 +252,26 @@ class UIMessageStream:
             }
         ]
 
+    def _approval_request(self, event: ToolApprovalRequest, entry_id: int) -> list[Part]:
+        self.approval_calls[event.approval_id] = event.tool_use_id
+        return [
+            {
+                "type": "tool-approval-request",
+                "approvalId": event.approval_id,
+                "toolCallId": event.tool_use_id,
+            }
+        ]
+
+    def _approval_response(self, event: ToolApprovalResponse, entry_id: int) -> list[Part]:
+        call = self.approval_calls.get(event.approval_id)
+        if event.approved or call is None:
+            return []  # an approved call's output follows when it has run
+        self.denied.add(call)
+        return [{"type": "tool-output-denied", "toolCallId": call}]
+
     def _tool_result(self, event: ToolResult, entry_id: int) -> list[Part]:
+        if event.tool_use_id in self.denied:
+            return []
         if event.is_error:
             return [
                 {
@@ -258,6 +314,8 @@ _HANDLERS: dict[type[Event], Callable[[UIMessageStream, Any, int], list[Part]]] 
     ToolInputDelta: UIMessageStream._tool_input,
     ToolUse: UIMessageStream._tool_use,
     ToolResult: UIMessageStream._tool_result,
+    ToolApprovalRequest: UIMessageStream._approval_request,
+    ToolApprovalResponse: UIMessageStream._approval_response,
     StepCompleted: UIMessageStream._step,
     RunDone: UIMessageStream._done,
     RunError: UIMessageStream._error,

@@ -52,6 +52,9 @@ class Context:
     quotas: Quotas = field(default_factory=Quotas)  # per API key; unlimited unless configured
     # ``/healthz`` sections by name (``store``, ``mcp``); the app registers them.
     health: dict[str, HealthProbe] = field(default_factory=dict)
+    # The JSON schema of an offered tool's input by its name (None: no such tool), so an
+    # approver's edited input is checked before the tool gets it; the app wires the tools'.
+    tool_schema: Callable[[str], dict[str, Any] | None] = field(default=lambda name: None)
 
     @contextlib.asynccontextmanager
     async def stream_slot(self, transport: str, owner: str | None = None) -> AsyncIterator[None]:

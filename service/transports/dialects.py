@@ -23,6 +23,8 @@ from service.core.events import (
     StatusChange,
     StepCompleted,
     TextDelta,
+    ToolApprovalRequest,
+    ToolApprovalResponse,
     ToolCall,
     ToolExecuting,
     ToolInputDelta,
@@ -186,6 +188,26 @@ def session(event: Event) -> payloads.SessionPayload:
         }
     if isinstance(event, RunDone):
         return {"type": "done", **_done_fields(event)}
+    if isinstance(event, ToolApprovalRequest):
+        return {
+            "type": "tool_approval_request",
+            "approval_id": event.approval_id,
+            "toolUseId": event.tool_use_id,
+            "toolName": event.tool,
+            "toolInput": event.input,
+            "expires_at": event.expires_at,
+        }
+    if isinstance(event, ToolApprovalResponse):
+        answer: payloads.ApprovalResponse = {
+            "type": "tool_approval_response",
+            "approval_id": event.approval_id,
+            "approved": event.approved,
+            "reason": event.reason,
+            "by": event.by,
+        }
+        if event.input is not None:
+            answer["toolInput"] = event.input
+        return answer
     if isinstance(event, RunError):
         return {
             "type": "error",
@@ -228,6 +250,17 @@ def steps(event: Event) -> list[payloads.StepsEvent]:
                 "observations": "\n".join(event.observations) if event.observations else None,
                 "error": event.error,
                 "token_usage": usage_dict(event.usage),
+            }
+        ]
+    if isinstance(event, ToolApprovalRequest):
+        return [
+            {
+                "type": "step",
+                "step_type": "approval",
+                "approval_id": event.approval_id,
+                "tool": event.tool,
+                "input": event.input,
+                "expires_at": event.expires_at,
             }
         ]
     if isinstance(event, RunDone):

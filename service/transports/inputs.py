@@ -6,11 +6,20 @@ models) and integer query parameters, each refused with the right status and a J
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Annotated, Any, TypeVar
 
 from aiohttp import web
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+)
 
 from service import jsonsafe
 from service.config import Settings
@@ -66,6 +75,28 @@ class MessageRequest(BaseModel):
 
     content: Text
     max_turns: MaxTurns = None
+
+
+def _unicode(value: Any) -> Any:
+    # A lone surrogate (escaped in the JSON) can be neither stored nor sent.
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("must be valid Unicode text (no lone surrogates)") from None
+    return value
+
+
+class ApprovalAnswer(BaseModel):
+    """Body of ``POST /sessions/{id}/approvals/{approval_id}`` (and of the WebSocket ``approve``
+    and the MCP ``session_approve``): approve or deny a tool call that waits."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    approved: StrictBool
+    reason: Annotated[str, Field(max_length=2000)] | None = None
+    input: Annotated[dict[str, Any] | None, AfterValidator(_unicode)] = Field(
+        None, description="An edited input for the tool (approved only), checked against its input schema."
+    )
 
 
 async def read_object(request: web.Request, *, allow_empty: bool = False) -> dict[str, Any]:

@@ -58,8 +58,9 @@ the SSE `id:`, the WebSocket `id` and the polling index.
 
 **Not described as operations:**
 - `GET /ws`: a WebSocket with JSON text frames. Client messages `subscribe` (`session_id`,
-  `last_event_id`?), `unsubscribe`, `message` (`session_id`, `content`), `cancel`, `run`
-  (`message`, `max_turns`?), `ping`; the server sends each session event as
+  `last_event_id`?), `unsubscribe`, `message` (`session_id`, `content`), `cancel`, `approve`
+  (`session_id`, `approval_id`, `approved`, `reason`?, `input`?), `run` (`message`,
+  `max_turns`?), `ping`; the server sends each session event as
   `{"session_id", "id", "type", ...}`, acknowledgements, `pong`, and
   `{"type": "error", "error", "code", "request_type"}` for a bad message (the socket stays open).
   A binary frame closes it with 1003, an oversized one with 1009.
@@ -233,6 +234,31 @@ def build_spec(settings: Settings) -> dict[str, Any]:
                     ),
                     **common,
                     **refs("NotFound", "Unavailable"),
+                },
+            },
+        },
+        "/sessions/{session_id}/approvals/{approval_id}": {
+            "parameters": [
+                session,
+                {"name": "approval_id", "in": "path", "required": True, "schema": {"type": "string"}},
+            ],
+            "post": {
+                "operationId": "answerApproval",
+                "summary": "Approve or deny a tool call that waits for a person",
+                "description": (
+                    "Answers the `tool_approval_request` with that `approval_id` (tools named in "
+                    "`AGENT_TOOLS_REQUIRE_APPROVAL`); the answer is logged as `tool_approval_response` "
+                    "and the query goes on. The same answer again is accepted; an edited `input` must "
+                    "fit the tool's input schema (else 422)."
+                ),
+                "requestBody": body(ref("ApprovalAnswer")),
+                "responses": {
+                    "200": json_reply("Answered (now or before, the same way).", "ApprovalAnswered"),
+                    **json_body,
+                    **common,
+                    "404": error("Unknown session or approval (or a session that is not the caller's)."),
+                    "409": error("Answered otherwise already, or its query ended before it was answered."),
+                    **refs("Unavailable"),
                 },
             },
         },

@@ -18,7 +18,7 @@ from pydantic.json_schema import JsonSchemaMode
 
 from service.config import Settings
 from service.transports import openai_types, payloads, replies
-from service.transports.inputs import AgentRequest, MessageRequest, TitleRequest
+from service.transports.inputs import AgentRequest, ApprovalAnswer, MessageRequest, TitleRequest
 
 JSON = "application/json"
 SSE = "text/event-stream"
@@ -28,6 +28,8 @@ REF = "#/components/schemas/{model}"
 NAMED: tuple[Any, ...] = (
     AgentRequest,
     MessageRequest,
+    ApprovalAnswer,
+    replies.ApprovalAnswered,
     replies.Error,
     replies.ValidationError,
     replies.Purged,

@@ -18,7 +18,11 @@ from typing_extensions import TypeAliasType, TypedDict
 Count = Annotated[int, Field(ge=0)]
 Status = Annotated[
     str,
-    Field(description="`idle` or `running` (a query runs in the background).", examples=["idle", "running"]),
+    Field(
+        description="`idle`, `running` (a query runs in the background) or `waiting` (its tool call "
+        "waits for a person's approval).",
+        examples=["idle", "running", "waiting"],
+    ),
 ]
 
 
@@ -212,6 +216,31 @@ class StatusChange(Logged):
     status: str
 
 
+class ApprovalRequest(Logged):
+    """A tool call waits for a person's approval; answer it with
+    `POST /sessions/{id}/approvals/{approval_id}` before `expires_at` (epoch seconds), or it
+    counts as denied with the reason `expired`."""
+
+    type: Literal["tool_approval_request"]
+    approval_id: str
+    toolUseId: str
+    toolName: str
+    toolInput: Any
+    expires_at: float
+
+
+class ApprovalResponse(Logged):
+    """The answer to a tool approval, logged once: `by` says where it came from (`http`, `ws`,
+    `mcp`, or `timeout` for an expired request); `toolInput` is an approver's edited input."""
+
+    type: Literal["tool_approval_response"]
+    approval_id: str
+    approved: bool
+    reason: str
+    by: str
+    toolInput: NotRequired[Any]
+
+
 class Processing(Logged):
     """A query began."""
 
@@ -307,7 +336,9 @@ SessionPayload = TypeAliasType(
         | Plan
         | Step
         | SessionDone
-        | SessionError,
+        | SessionError
+        | ApprovalRequest
+        | ApprovalResponse,
         Field(
             discriminator="type", description="An event in the **session** dialect; `type` names its shape."
         ),
@@ -403,6 +434,18 @@ class Final(TypedDict):
     output: str
 
 
+class ApprovalStep(TypedDict):
+    """A tool call waits for a person's approval (answer it with
+    `POST /sessions/{id}/approvals/{approval_id}`)."""
+
+    type: Literal["step"]
+    step_type: Literal["approval"]
+    approval_id: str
+    tool: str
+    input: Any
+    expires_at: float
+
+
 class StepsError(TypedDict):
     """The query failed; the last event."""
 
@@ -415,7 +458,7 @@ class StepsError(TypedDict):
 StepsEvent = TypeAliasType(
     "StepsEvent",
     Annotated[
-        StepsMessage | PlanningStep | ActionStep | Final | Done | StepsError,
+        StepsMessage | PlanningStep | ActionStep | ApprovalStep | Final | Done | StepsError,
         Field(description="An event in the **steps** dialect; `done` or `error` is last."),
     ],
 )

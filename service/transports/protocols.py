@@ -10,6 +10,12 @@
 - ``GET /ag-ui/{threadId}/events``: the running query's AG-UI events again, after
   ``Last-Event-ID``; 204 when no query runs.
 
+A query that waits for tool approvals ends either stream the protocol's way (the AI SDK's step
+awaiting approval, AG-UI's interrupt outcome) while it keeps waiting on the server; the client's
+next request carries the answers (AI SDK: tool parts ``approval-responded``; AG-UI: ``resume``),
+which are answered through :mod:`service.transports.approvals` like every other transport's, and
+gets the rest of the same query rather than starting a new one.
+
 Stopping is ``POST /sessions/{id}/cancel``, whichever stream (first or resumed) a client reads.
 Each route reads the log through the one :class:`~service.transports.follow.Follower` path, as
 the session routes do, under the same access rules, quotas and error replies; a client that goes
@@ -21,16 +27,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ag_ui.core import RunAgentInput
+from ag_ui.core import RunAgentInput, RunStartedEvent
 from aiohttp import web
+from pydantic import ValidationError
 
+from service.core.events import StatusChange, ToolApprovalRequest, is_terminal
 from service.core.log import LogEntry
-from service.core.sessions import RUNNING, Session, valid_client_id
-from service.transports import agui, aisdk, dialects
+from service.core.sessions import WAITING, Session, valid_client_id
+from service.errors import ApprovalError
+from service.transports import agui, aisdk, approvals, dialects
 from service.transports.auth import owner_of
 from service.transports.context import Context, context_of, session_of
 from service.transports.follow import Ending, Follower, Stop
-from service.transports.inputs import check_length, read_json
+from service.transports.inputs import ApprovalAnswer, check_length, read_json
 from service.transports.middleware import json_error
 from service.transports.sse import event_stream, last_event_id, write_blocks
 
@@ -45,12 +54,15 @@ class Wire:
         blocks: Callable[[LogEntry], str],
         prime: Callable[[list[LogEntry]], None],
         ended: Callable[[Ending], str],
+        paused: Callable[[], str],
         trailer: str = "",
     ) -> None:
         self.blocks = blocks
         self.prime = prime
         self.ended = ended
+        self.paused = paused  # how a stream ends while its query waits for approvals
         self.trailer = trailer
+        self.head = ""  # written first (a continued AG-UI run's RUN_STARTED)
 
 
 def ai_sdk_wire() -> Wire:
@@ -61,7 +73,10 @@ def ai_sdk_wire() -> Wire:
         parts = stream.ended(ending.as_error())
         return "".join(dialects.sse_block(dialects.dumps(part)) for part in parts)
 
-    return Wire(lambda entry: aisdk.blocks(stream, entry), stream.prime, ended, aisdk.DONE_BLOCK)
+    def paused() -> str:
+        return "".join(dialects.sse_block(dialects.dumps(part)) for part in stream.paused())
+
+    return Wire(lambda entry: aisdk.blocks(stream, entry), stream.prime, ended, paused, aisdk.DONE_BLOCK)
 
 
 def ag_ui_wire(thread_id: str, history: list[dict[str, Any]], run_id: str | None = None) -> Wire:
@@ -71,7 +86,22 @@ def ag_ui_wire(thread_id: str, history: list[dict[str, Any]], run_id: str | None
     def ended(ending: Ending) -> str:
         return "".join(agui.encode(event) for event in stream.ended(ending.as_error()))
 
-    return Wire(lambda entry: agui.blocks(stream, entry), stream.prime, ended)
+    def paused() -> str:
+        return "".join(agui.encode(event) for event in stream.paused())
+
+    return Wire(lambda entry: agui.blocks(stream, entry), stream.prime, ended, paused)
+
+
+def waits_after(batch: list[LogEntry]) -> bool:
+    """True when the batch leaves the query waiting for approvals (its last status change says so)."""
+    waiting = False
+    for entry in batch:
+        event = entry.event
+        if isinstance(event, StatusChange):
+            waiting = event.status == WAITING
+        elif is_terminal(event):
+            waiting = False
+    return waiting
 
 
 async def _stream(
@@ -87,13 +117,20 @@ async def _stream(
     timeout = context.settings.sse_send_timeout_s
     delivered = context.metrics.events_delivered.labels(transport)
     async with event_stream(request, context, **options) as response:
+        if wire.head:
+            await write_blocks(request, response, wire.head.encode(), timeout)
         follower = Follower(session.log, after, stop=Stop.AT_TERMINAL)
         async with follower as batches:
             async for batch in batches:
                 payload = "".join([wire.blocks(entry) for entry in batch])
+                pause = waits_after(batch)
+                if pause:
+                    payload += wire.paused()
                 if payload:
                     await write_blocks(request, response, payload.encode(), timeout)
                 delivered.inc(len(batch))
+                if pause:
+                    break  # the query waits for its approvals: this stream's part of it is told
         ending = follower.ending
         tail = wire.trailer
         if ending is not None and not ending.clean:
@@ -123,7 +160,7 @@ async def _resume_from(session: Session, request: web.Request, wire: Wire) -> in
     """Where a resumed stream starts (``None``: no query runs, a 204): the running query's first
     event, or after ``Last-Event-ID``, with the wire primed on what the client has seen."""
     after = last_event_id(request)  # a bad one is a 400 whether or not a query runs
-    if session.status != RUNNING:
+    if not session.active:
         return None
     log = session.log
     last = await log.last_id()
@@ -137,6 +174,39 @@ async def _resume_from(session: Session, request: web.Request, wire: Wire) -> in
     return after
 
 
+async def _answer_all(
+    context: Context, session: Session, answers: list[tuple[str, ApprovalAnswer]], by: str
+) -> None:
+    """Answer each approval as every transport does; its refusal (404, 409, 422) is the reply."""
+    for approval_id, answer in answers:
+        try:
+            await approvals.answer(context, session, approval_id, answer, by)
+        except ApprovalError as exc:
+            raise json_error(exc.status, str(exc)) from None
+
+
+def _query_start(session: Session) -> int:
+    """The id after which the session's query in flight begins (read before answering it, since
+    the query may end at once)."""
+    return session.run_start_id - 1 if session.run_start_id else 0
+
+
+async def _continued(session: Session, start: int, approval_ids: set[str], wire: Wire) -> int:
+    """Where the rest of a query that waited on ``approval_ids`` starts: after the status change
+    that followed their requests, with the wire primed on the query up to there."""
+    entries = await session.log.read(start, await session.log.last_id() - start)
+    asked = False
+    for n, entry in enumerate(entries):
+        event = entry.event
+        if isinstance(event, ToolApprovalRequest) and event.approval_id in approval_ids:
+            asked = True
+        elif asked and isinstance(event, StatusChange) and event.status == WAITING:
+            wire.prime(entries[: n + 1])
+            wire.paused()  # as the stream that stopped there ended it (its open step closed)
+            return entry.id
+    raise json_error(409, "those approvals belong to no query that runs in this session")
+
+
 # -- the AI SDK ---------------------------------------------------------------------------------
 
 
@@ -145,10 +215,13 @@ async def chat(request: web.Request) -> web.StreamResponse:
     context = context_of(request)
     body = await read_json(request, aisdk.ChatRequest)
     try:
-        query = aisdk.query_of(body.messages)
+        answers = aisdk.approvals_of(body.messages)
+        query = "" if answers else aisdk.query_of(body.messages)
     except ValueError as exc:
         raise json_error(422, f"invalid request: messages: {exc}") from None
     async with context.stream_slot("aisdk", owner_of(request)):
+        if answers:
+            return await _chat_approved(request, context, body.id, answers)
         session, after, _ = await _start(request, context, body.id, query)
         return await _stream(
             request,
@@ -160,6 +233,22 @@ async def chat(request: web.Request) -> web.StreamResponse:
             headers=aisdk.HEADERS,
             allow_all_methods=True,
         )
+
+
+async def _chat_approved(
+    request: web.Request, context: Context, chat_id: str, answers: list[tuple[str, bool, str | None]]
+) -> web.StreamResponse:
+    """The chat's approval answers (``addToolApprovalResponse``): answered, then the rest of the
+    query that waited for them."""
+    session = await context.sessions.get_owned(chat_id, owner_of(request))
+    replies = [(approval_id, ApprovalAnswer(approved=ok, reason=why)) for approval_id, ok, why in answers]
+    start = _query_start(session)
+    await _answer_all(context, session, replies, "ai-sdk")
+    wire = ai_sdk_wire()
+    after = await _continued(session, start, {approval_id for approval_id, _ in replies}, wire)
+    return await _stream(
+        request, context, session, after, wire, "aisdk", headers=aisdk.HEADERS, allow_all_methods=True
+    )
 
 
 async def chat_stream(request: web.Request) -> web.StreamResponse:
@@ -180,18 +269,53 @@ async def ag_ui_run(request: web.Request) -> web.StreamResponse:
     """``POST /ag-ui``: a ``RunAgentInput``'s last user message as a query, streamed as AG-UI events."""
     context = context_of(request)
     body = await read_json(request, RunAgentInput)
+    if not valid_client_id(body.thread_id):
+        raise json_error(422, f"invalid request: threadId: {CLIENT_ID_RULE}")
+    if body.resume:
+        answers = _resume_answers(body)
+        async with context.stream_slot("ag-ui", owner_of(request)):
+            return await _ag_ui_resumed(request, context, body, answers)
     try:
         query = agui.query_of(body)
     except ValueError as exc:
         raise json_error(422, f"invalid request: messages: {exc}") from None
-    if not valid_client_id(body.thread_id):
-        raise json_error(422, f"invalid request: threadId: {CLIENT_ID_RULE}")
     async with context.stream_slot("ag-ui", owner_of(request)):
         session, after, history = await _start(request, context, body.thread_id, query)
         wire = ag_ui_wire(session.id, history, body.run_id)
         return await _stream(
             request, context, session, after, wire, "ag-ui", sep="\n", allow_all_methods=True
         )
+
+
+def _resume_answers(body: RunAgentInput) -> list[tuple[str, ApprovalAnswer]]:
+    """The approval answers a ``resume`` carries: a resolved entry's payload is
+    ``{approved, reason?, input?}``; a cancelled one denies the call."""
+    answers = []
+    for n, entry in enumerate(body.resume or []):
+        if entry.status == "cancelled":
+            answers.append((entry.interrupt_id, ApprovalAnswer(approved=False, reason="cancelled")))
+            continue
+        try:
+            answers.append((entry.interrupt_id, ApprovalAnswer.model_validate(entry.payload)))
+        except ValidationError as exc:
+            problem = exc.errors()[0]
+            where = ".".join(str(part) for part in problem["loc"]) or "payload"
+            raise json_error(422, f"invalid request: resume.{n}.payload: {where}: {problem['msg']}") from None
+    return answers
+
+
+async def _ag_ui_resumed(
+    request: web.Request, context: Context, body: RunAgentInput, answers: list[tuple[str, ApprovalAnswer]]
+) -> web.StreamResponse:
+    """A run that answers the interrupts that ended the thread's last one: the rest of its query."""
+    session = await context.sessions.get_owned(body.thread_id, owner_of(request))
+    start = _query_start(session)
+    history = agui.history_before(session.messages, session.run_message)
+    await _answer_all(context, session, answers, "ag-ui")
+    wire = ag_ui_wire(session.id, history, body.run_id)
+    after = await _continued(session, start, {approval_id for approval_id, _ in answers}, wire)
+    wire.head = agui.encode(RunStartedEvent(thread_id=session.id, run_id=body.run_id))
+    return await _stream(request, context, session, after, wire, "ag-ui", sep="\n", allow_all_methods=True)
 
 
 async def ag_ui_events(request: web.Request) -> web.StreamResponse:

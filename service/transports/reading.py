@@ -19,7 +19,12 @@ async def purged_body(context: Context, session: Session, after_id: int, oldest_
         "error": f"events after id {after_id} were purged; the oldest kept is {oldest_id}",
         "oldest_id": oldest_id,
         "last_id": await session.log.last_id(),
-        "snapshot": dialects.jsonable(await context.runs.snapshot(session)),
+        "snapshot": dialects.jsonable(
+            {
+                **await context.runs.snapshot(session),
+                "pending_approvals": [dialects.session(request) for request in session.pending_approvals()],
+            }
+        ),
     }
 
 

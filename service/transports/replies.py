@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal, NotRequired
 from pydantic import Field
 from typing_extensions import TypedDict
 
-from service.transports.payloads import Count, EndFields, SessionEvent, Status, Usage
+from service.transports.payloads import ApprovalRequest, Count, EndFields, SessionEvent, Status, Usage
 
 ErrorText = Annotated[str, Field(description="What went wrong, for a person.")]
 Snapshot = Annotated[
@@ -89,6 +89,10 @@ class Session(TypedDict):
     title: NotRequired[Annotated[str, Field(description="With the session database: its title.")]]
     created_at: NotRequired[Annotated[float, Field(description="With the database: made at (epoch s).")]]
     updated_at: NotRequired[Annotated[float, Field(description="With the database: last updated (epoch s).")]]
+    pending_approvals: Annotated[
+        list[ApprovalRequest],
+        Field(description="The tool calls waiting for a person's approval, as their requests were logged."),
+    ]
 
 
 class SessionSummary(TypedDict):
@@ -118,6 +122,13 @@ class SessionRenamed(TypedDict):
     id: str
     title: str
     status: Status
+
+
+class ApprovalAnswered(TypedDict):
+    """The approval's answer, as logged (the same answer sent again gets this reply again)."""
+
+    approval_id: str
+    approved: bool
 
 
 class MessageAccepted(TypedDict):

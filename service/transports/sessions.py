@@ -9,7 +9,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from service.core.durable import DurableSessionStore
-from service.transports import dialects
+from service.transports import approvals, dialects
 from service.transports.auth import owner_of
 from service.transports.context import Context, context_of, session_of
 from service.transports.inputs import (
@@ -70,6 +70,7 @@ async def get_session(request: web.Request) -> web.Response:
         "messages": dialects.jsonable(session.messages),
         "usage": dialects.usage_dict(session.usage),
         "last_event_id": await session.log.last_id(),
+        "pending_approvals": approvals.pending(session),
     }
     if isinstance(context.sessions, DurableSessionStore) and not session.ephemeral:
         record = await context.sessions.record_of(session.id)

@@ -23,7 +23,7 @@ from aiohttp import web
 from aiohttp_sse import EventSourceResponse, sse_response
 
 from service.core.events import StatusChange
-from service.core.sessions import RUNNING, Session
+from service.core.sessions import ACTIVE, Session
 from service.errors import EventsPurged, StoreUnavailable
 from service.transports import dialects
 from service.transports.auth import owner_of
@@ -150,7 +150,7 @@ async def session_events(request: web.Request) -> web.StreamResponse:
     after = last_event_id(request)
     log = session.log
     last = await log.last_id()
-    running = session.status == RUNNING
+    running = session.status in ACTIVE
     if after is not None:
         if after > last:
             raise json_error(400, f"Last-Event-ID {after} is ahead of the session's last event id {last}")

@@ -23,13 +23,14 @@ from service.core.log import LogEntry
 from service.core.runs import Run
 from service.core.sessions import Session
 from service.errors import (
+    ApprovalError,
     Overloaded,
     QuotaExceeded,
     RunInProgress,
     SessionLimitReached,
     SessionNotFound,
 )
-from service.transports import dialects
+from service.transports import approvals, dialects
 from service.transports.auth import origin_allowed, owner_of
 from service.transports.context import Context, context_of
 from service.transports.follow import Ending, Stop
@@ -152,16 +153,11 @@ class Connection:
             await handler(self, message)
         except ClientError as error:
             await self.handle_error(error, request_type)
+        except ApprovalError as exc:
+            await self.handle_error(ClientError(exc.code, str(exc), **_ids(message)), request_type)
         except SessionNotFound:
-            await self.emit_json(
-                {
-                    "type": "error",
-                    "error": "Session not found",
-                    "code": "not_found",
-                    "request_type": request_type,
-                    "session_id": message.get("session_id"),
-                }
-            )
+            missing = ClientError("not_found", "Session not found", session_id=message.get("session_id"))
+            await self.handle_error(missing, request_type)
 
     async def handle_error(self, error: ClientError, request_type: Any) -> None:
         """Tell the client its message was refused, and why."""
@@ -222,6 +218,12 @@ class Connection:
         cancelled = await self.context.runs.cancel(session.id)
         await self.emit_json({"type": "cancel_requested", "session_id": session.id, "cancelled": cancelled})
 
+    async def _approve(self, message: dict[str, Any]) -> None:
+        session = await self._session(message)
+        approval_id = _required_str(message, "approval_id")
+        reply = await approvals.answer_message(self.context, session, approval_id, message, "ws")
+        await self.emit_json({"type": "approval_answered", "session_id": session.id, **reply})
+
     async def _run(self, message: dict[str, Any]) -> None:
         text = _required_str(message, "message")
         if not text.strip():
@@ -248,6 +250,7 @@ class Connection:
         "unsubscribe": _unsubscribe,
         "message": _message,
         "cancel": _cancel,
+        "approve": _approve,
         "run": _run,
     }
 
@@ -398,6 +401,10 @@ def _quota_error(exc: QuotaExceeded, **context: Any) -> ClientError:
     ``retry_after`` (seconds), like the HTTP 429's body."""
     fields = quota_fields(exc)
     return ClientError(fields.pop("code"), exc.message, **fields, **context)
+
+
+def _ids(message: dict[str, Any]) -> dict[str, Any]:
+    return {name: message.get(name) for name in ("session_id", "approval_id")}
 
 
 def _required_str(message: dict[str, Any], name: str) -> str:

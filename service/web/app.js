@@ -23,7 +23,7 @@
   const EVENT_TYPES = [
     "processing", "status_change", "assistant_text", "reasoning_text", "tool_use_start",
     "tool_input_delta", "tool_use", "tool_executing", "tool_result", "usage", "plan", "step",
-    "done", "error", "heartbeat",
+    "done", "error", "heartbeat", "tool_approval_request", "tool_approval_response",
   ];
   const TRANSPORT_KEY = "agentstream.transport";
   const API_KEY_KEY = "agentstream.apiKey";
@@ -120,6 +120,7 @@
     // view
     answer: null, // the answer element of the query in flight
     tools: new Map(), // toolUseId -> card element
+    approvals: new Map(), // approval_id -> its Approve / Deny box
     usageDone: { input: 0, output: 0, total: 0 }, // finished queries
     usageRun: { input: 0, output: 0, total: 0 }, // the query in flight
     follow: true,
@@ -244,6 +245,7 @@
   function resetState() {
     state.answer = null;
     state.tools.clear();
+    state.approvals.clear();
     state.lastEventId = 0;
     state.serverLastId = 0;
     state.running = false;
@@ -350,6 +352,71 @@
     setToolState(card, isError ? "error" : "done", isError ? "error" : "done");
   }
 
+  // A tool call waiting for a person: its input, a reason box and Approve / Deny. Every tab that
+  // follows the session shows it; the logged answer (from whichever tab) takes it away in all.
+  function showApproval(ev) {
+    const card = toolCard(ev.toolUseId, ev.toolName);
+    if (ev.toolInput !== undefined) setToolInput(card, ev.toolInput);
+    setToolState(card, "waiting for approval", "approval");
+    if (!ev.approval_id || card.querySelector(".approval")) return;
+    const box = make("div", "approval");
+    box.dataset.approvalId = ev.approval_id;
+    const question = make("p", "approval-question", "Run " + (ev.toolName || "this tool") + " with this input?");
+    const reason = make("input", "approval-reason");
+    reason.type = "text";
+    reason.placeholder = "Reason (optional)";
+    reason.setAttribute("aria-label", "Reason");
+    const approve = make("button", "approval-approve", "Approve");
+    const deny = make("button", "approval-deny secondary", "Deny");
+    approve.type = deny.type = "button";
+    approve.addEventListener("click", () => answerApproval(box, true));
+    deny.addEventListener("click", () => answerApproval(box, false));
+    const row = make("div", "approval-row");
+    row.append(reason, approve, deny);
+    box.append(question, row);
+    if (typeof ev.expires_at === "number") {
+      box.append(make("p", "approval-expiry", "Counts as denied if unanswered by "
+        + new Date(ev.expires_at * 1000).toLocaleTimeString() + "."));
+    }
+    card.append(box);
+    state.approvals.set(ev.approval_id, box);
+    setAnswerState(currentAnswer(), "waiting for your approval…");
+  }
+
+  function closeApproval(ev) {
+    const box = state.approvals.get(ev.approval_id);
+    state.approvals.delete(ev.approval_id);
+    if (!box) return;
+    const card = box.closest(".tool-call");
+    box.remove();
+    if (!card) return;
+    if (ev.toolInput !== undefined) setToolInput(card, ev.toolInput);
+    const why = ev.reason ? ": " + ev.reason : "";
+    setToolState(card, ev.approved ? "approved" : "denied" + why, ev.approved ? "ready" : "error");
+  }
+
+  // The query ended: what it still asked can no longer be answered.
+  function dropApprovals() {
+    for (const box of state.approvals.values()) box.remove();
+    state.approvals.clear();
+  }
+
+  async function answerApproval(box, approved) {
+    const buttons = box.querySelectorAll("button");
+    buttons.forEach((button) => { button.disabled = true; });
+    const reason = box.querySelector(".approval-reason").value.trim();
+    const body = { approved };
+    if (reason) body.reason = reason;
+    try {
+      const reply = await api("POST", sessionPath("/approvals/" + encodeURIComponent(box.dataset.approvalId)), body);
+      // The answer comes back as a logged event, which clears the box (here and in every tab).
+      if (!reply.ok && reply.status !== 401) notice("Could not answer: " + errorText(reply), "error");
+    } catch (_) {
+      notice("Could not reach the server; the approval was not sent.", "error");
+    }
+    if (box.isConnected) buttons.forEach((button) => { button.disabled = false; });
+  }
+
   function addStep(answer, ev) {
     const steps = part(answer, ".steps");
     steps.hidden = false;
@@ -444,8 +511,16 @@
         state.running = true;
         break;
       }
+      case "tool_approval_request": {
+        showApproval(ev);
+        break;
+      }
+      case "tool_approval_response": {
+        closeApproval(ev);
+        break;
+      }
       case "status_change": {
-        if (ev.status === "running") state.running = true;
+        if (ev.status === "running" || ev.status === "waiting") state.running = true;
         else if (ev.status === "cancelled" && state.answer) setAnswerState(state.answer, "cancelling…");
         break;
       }
@@ -520,6 +595,7 @@
         part(answer, ".answer-usage").textContent = turns + "This answer: " + usageText(ev.usage);
         finishAnswer(answer, flags.length ? flags.join(", ") : "done");
         finishRunUsage(ev.usage);
+        dropApprovals();
         state.running = false;
         sideList.refresh(); // its update time (coalesced while a replay goes by)
         break;
@@ -537,6 +613,7 @@
         answer.dataset.error = ev.code || "error";
         finishAnswer(answer, "failed");
         finishRunUsage(ev.usage);
+        dropApprovals();
         state.running = false;
         sideList.refresh();
         break;
@@ -610,6 +687,9 @@
       setAnswerState(answer, "writing…");
       state.usageRun = readUsage(current.usage);
       state.running = true;
+      for (const pending of Array.isArray(snapshot.pending_approvals) ? snapshot.pending_approvals : []) {
+        showApproval(pending);
+      }
     }
     state.usageDone = {
       input: Math.max(0, session.input - state.usageRun.input),
@@ -618,7 +698,7 @@
     };
     state.lastEventId = Number(lastId) || 0;
     state.serverLastId = Math.max(state.serverLastId, state.lastEventId);
-    if (snapshot && snapshot.status === "running") state.running = true;
+    if (snapshot && (snapshot.status === "running" || snapshot.status === "waiting")) state.running = true;
     if (hadView) notice("Older events were purged; the conversation was rebuilt from a snapshot.");
     updateUsage();
     updateControls();

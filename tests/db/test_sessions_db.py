@@ -205,3 +205,42 @@ async def test_without_a_database_listing_is_501(make_client: ClientFactory) -> 
         async with client.request(method, path, json={"title": "x"}) as response:
             assert response.status == 501
             assert (await response.json())["code"] == "no_database"
+
+
+async def test_a_query_waiting_for_approval_is_listed_waiting_and_answered_through_the_record(
+    make_client: ClientFactory, database_url: str
+) -> None:
+    """The durable store hands approvals to the live tier: the waiting query is not taken for an
+    interrupted one, its answer goes through, and the turn is recorded when it ends."""
+    client = await make_client(database_url=database_url, tools_require_approval="calculator")
+    sid = await new_session(client)
+    async with client.post(
+        f"/sessions/{sid}/messages",
+        json={"content": 'Sum [emu:tool=calculator] [emu:tool_input={"expression": "6*7"}]'},
+    ) as response:
+        assert response.status == 202
+    session = await services_of(client).sessions.get(sid)
+    async for batch in session.log.subscribe(0):
+        if any(entry.event.type == "status_change" and entry.event.status == "waiting" for entry in batch):
+            break
+    listed = await (await client.get("/sessions")).json()
+    assert listed["sessions"][0]["status"] == "waiting"
+    pending = (await session_body(client, sid))["pending_approvals"]
+    assert [request["toolInput"] for request in pending] == [{"expression": "6*7"}]
+    async with client.post(
+        f"/sessions/{sid}/approvals/{pending[0]['approval_id']}", json={"approved": True}
+    ) as response:
+        assert response.status == 200, await response.text()
+    run = services_of(client).runs.get(sid)
+    if run is not None:
+        await run.wait()
+    again = await make_client(database_url=database_url)
+    body = await session_body(again, sid)
+    assert body["status"] == "idle" and body["pending_approvals"] == []
+    results = [
+        block["toolResult"]
+        for message in body["messages"]
+        for block in message["content"]
+        if "toolResult" in block
+    ]
+    assert results and results[0].get("status") != "error"

@@ -298,6 +298,20 @@ def test_tool_directive_calls_the_named_tool_with_empty_input() -> None:
     assert plan.stop_reason == "tool_use"
 
 
+def test_tool_directive_names_several_tools_and_their_input() -> None:
+    """tool=A,B calls each with the tool_input directive's object; a bad tool_input gives {}."""
+    plan = plan_response(
+        _body('Please [emu:tool=calculator,delete_bucket] [emu:tool_input={"expression": "6*7"}]')
+    )
+    assert _tool_calls(plan) == [
+        ("calculator", {"expression": "6*7"}),
+        ("delete_bucket", {"expression": "6*7"}),
+    ]
+    for bad in ("[1, 2", "not json", '"text"'):
+        plan = plan_response(_body(f"[emu:tool=calculator] [emu:tool_input={bad}]"))
+        assert _tool_calls(plan) == [("calculator", {})]
+
+
 @pytest.mark.parametrize(
     ("value", "expected"),
     [

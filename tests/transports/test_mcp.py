@@ -589,7 +589,13 @@ async def test_the_tools_are_listed_with_schemas(client: TestClient) -> None:
     async with connect(client) as mcp:
         listed = {tool.name: tool for tool in (await mcp.list_tools()).tools}
         assert mcp.server_capabilities.logging is not None and mcp.server_capabilities.tools is not None
-    assert set(listed) == {"session_message", "session_events", "session_status", "session_cancel"}
+    assert set(listed) == {
+        "session_message",
+        "session_events",
+        "session_status",
+        "session_cancel",
+        "session_approve",
+    }
     assert listed["session_message"].input_schema["required"] == ["content"]
     assert listed["session_events"].input_schema["properties"]["since_index"]["minimum"] == 0
 

@@ -30,6 +30,8 @@ from service.core.events import (
     StatusChange,
     StepCompleted,
     TextDelta,
+    ToolApprovalRequest,
+    ToolApprovalResponse,
     ToolCall,
     ToolExecuting,
     ToolInputDelta,
@@ -71,6 +73,14 @@ EVENTS: list[Event] = [
     RunDone(turns=5, truncated=True, max_turns_reached=True, stop_reason="max_tokens"),
     RunDone(turns=1, cancelled=True),
     RunError(error="throttled", code="throttlingException", turns=1, recoverable=True, usage=USAGE),
+    ToolApprovalRequest(
+        approval_id="ap_1", tool="calculator", tool_use_id="t1", input={"expression": "2+3"}, expires_at=1.5
+    ),
+    ToolApprovalResponse(
+        approval_id="ap_1", approved=True, reason="", by="http", input={"expression": "2+4"}
+    ),
+    ToolApprovalResponse(approval_id="ap_2", approved=False, reason="expired", by="timeout"),
+    StatusChange(status="waiting"),
     StatusChange(status="idle"),
     ContextTrimmed(turn=1, dropped_messages=4, kept_messages=3, estimated_tokens=900, max_tokens=1000),
 ]
@@ -189,6 +199,8 @@ def test_each_dialect_emits_only_what_its_schema_declares(spec: dict[str, Any]) 
             "step",
             "done",
             "error",
+            "tool_approval_request",
+            "tool_approval_response",
         },
         "steps": {"message", "step", "final", "done", "error"},
     }

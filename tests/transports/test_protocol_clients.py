@@ -96,3 +96,64 @@ async def test_http_agent_runs_and_gets_messages(client: TestClient) -> None:
         assert kind in second_types
     assert any(m["role"] == "reasoning" for m in second["messages"])
     assert second_types[-1] == "RUN_FINISHED"
+
+
+CALC_APPROVAL = 'Sum it [emu:tool=calculator] [emu:tool_input={"expression": "6*7"}]'
+
+
+async def test_ai_sdk_chat_answers_a_tool_approval_and_the_query_goes_on(make_client: ClientFactory) -> None:
+    require_node()
+    client = await make_client(tools_require_approval="calculator", approval_timeout_s=60)
+    result = await run_node("aisdk_approval.mjs", base_url(client), "chat-approve", "true", CALC_APPROVAL)
+    assert result["errors"] == []
+    first, second = result["chunks"]
+    assert "tool-approval-request" in first and first[-1] == "finish"
+    (tool,) = parts_of(result["waiting"], "dynamic-tool")
+    assert tool["state"] == "approval-requested" and tool["input"] == {"expression": "6*7"}
+    assert result["complete"] is True
+    # The approval's answer continued the same query in the same assistant message.
+    assert "start" not in second and second[-1] == "finish"
+    assert result["count"] == 2
+    (tool,) = parts_of(result["final"], "dynamic-tool")
+    assert tool["state"] == "output-available" and tool["output"] == "42"
+    assert "42" in "".join(part["text"] for part in parts_of(result["final"], "text"))
+    poll = await (await client.get("/sessions/chat-approve/events/poll?since_index=0")).json()
+    responses = [event for event in poll["events"] if event["type"] == "tool_approval_response"]
+    assert [(r["approved"], r["by"], r["reason"]) for r in responses] == [
+        (True, "ai-sdk", "checked by a test")
+    ]
+    assert poll["events"][-1]["type"] == "done"
+
+
+async def test_ai_sdk_chat_denial_is_tool_output_denied(make_client: ClientFactory) -> None:
+    require_node()
+    client = await make_client(tools_require_approval="calculator", approval_timeout_s=60)
+    result = await run_node("aisdk_approval.mjs", base_url(client), "chat-deny", "false", CALC_APPROVAL)
+    assert result["errors"] == []
+    assert "tool-output-denied" in result["chunks"][1]
+    (tool,) = parts_of(result["final"], "dynamic-tool")
+    assert tool["state"] == "output-denied"
+
+
+async def test_http_agent_is_interrupted_then_resumes_the_query(make_client: ClientFactory) -> None:
+    require_node()
+    client = await make_client(tools_require_approval="calculator", approval_timeout_s=60)
+    result = await run_node("agui_approval.mjs", base_url(client), "thread-approve", "true", CALC_APPROVAL)
+    first, second = result["runs"]
+    finished = first["events"][-1]
+    assert finished["type"] == "RUN_FINISHED"
+    (interrupt,) = finished["outcome"]["interrupts"]
+    assert finished["outcome"]["type"] == "interrupt"
+    assert interrupt["reason"] == "tool_approval" and interrupt["metadata"]["toolName"] == "calculator"
+    assert interrupt["metadata"]["toolInput"] == {"expression": "6*7"}
+    assert [pending["id"] for pending in first["pending"]] == [interrupt["id"]]
+    types = [event["type"] for event in second["events"]]
+    assert types[0] == "RUN_STARTED" and second["events"][0]["runId"] == "run-2"
+    assert "TOOL_CALL_RESULT" in types and types[-1] == "RUN_FINISHED"
+    assert "outcome" not in second["events"][-1] or second["events"][-1]["outcome"]["type"] == "success"
+    assert second["pending"] == []
+    result_event = next(event for event in second["events"] if event["type"] == "TOOL_CALL_RESULT")
+    assert result_event["content"] == "42"
+    poll = await (await client.get("/sessions/thread-approve/events/poll?since_index=0")).json()
+    responses = [event for event in poll["events"] if event["type"] == "tool_approval_response"]
+    assert [(r["approved"], r["by"]) for r in responses] == [(True, "ag-ui")]

@@ -54,6 +54,7 @@ async def test_session_routes(client: TestClient) -> None:
         "messages": [],
         "usage": body["usage"],
         "last_event_id": 0,
+        "pending_approvals": [],
     }
     await send(client, session_id, "What is the square root of 144?")
     await wait_done(client, session_id)

@@ -24,9 +24,11 @@ def level_rank(level: str) -> int:
 
 
 def event_level(payload: Mapping[str, Any]) -> str:
-    """The log level an event is sent at: errors ``error``, failed tools ``warning``, the rest ``info``
-    (partial tool input ``debug``)."""
+    """The log level an event is sent at: errors ``error``; failed tools and tool calls waiting for a
+    person's approval ``warning``; the rest ``info`` (partial tool input ``debug``)."""
     kind = payload["type"]
+    if kind == "tool_approval_request":
+        return "warning"
     if kind == "error":
         return "error"
     if kind == "tool_result" and payload.get("isError"):
@@ -40,6 +42,7 @@ _TOOL_STATUS = {
     "tool_use_start": "started",
     "tool_use": "requested",
     "tool_executing": "executing",
+    "tool_approval_request": "awaiting_approval",
 }
 
 

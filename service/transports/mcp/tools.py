@@ -1,7 +1,7 @@
 """The MCP face's protocol side: the tools, built on the official SDK's low-level ``Server``.
 
 The SDK handles the protocol (``initialize`` negotiation, request validation, ``ping``,
-method-not-found, result shapes); this module gives it four tools over the same core the HTTP
+method-not-found, result shapes); this module gives it five tools over the same core the HTTP
 and WebSocket transports use, and the ``logging/setLevel`` handler that turns on event
 notifications. The HTTP side (:mod:`service.transports.mcp`) hands every request's aiohttp
 ``Request`` to the handlers as ``ctx.request``; from it they take the context, the caller's
@@ -15,6 +15,7 @@ Tools (seed 004):
   ``GET /sessions/{id}/events/poll``; unaffected by notifications.
 - ``session_status``: status, last event id, usage.
 - ``session_cancel``: stop the running query.
+- ``session_approve``: approve or deny a tool call that waits for a person.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from service.core.events import RunDone, RunError, TextDelta, is_terminal
-from service.core.sessions import RUNNING, Session
+from service.core.sessions import ACTIVE, RUNNING, Session
 from service.errors import (
+    ApprovalError,
     Overloaded,
     QuotaExceeded,
     RunInProgress,
@@ -41,11 +43,11 @@ from service.errors import (
     SessionNotFound,
     StoreUnavailable,
 )
-from service.transports import dialects
+from service.transports import approvals, dialects
 from service.transports.auth import owner_of
 from service.transports.context import Context, context_of
 from service.transports.follow import Follower, Stop
-from service.transports.inputs import MaxTurns, Text
+from service.transports.inputs import ApprovalAnswer, MaxTurns, Text
 from service.transports.quotas import quota_fields
 from service.transports.reading import IndexAhead, poll
 
@@ -104,6 +106,15 @@ class SessionArgs(_Arguments):
     session_id: SessionId
 
 
+class ApproveArgs(_Arguments, ApprovalAnswer):
+    """``session_approve``'s arguments."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    session_id: SessionId
+    approval_id: Annotated[str, Field(min_length=1, max_length=128)]
+
+
 class ToolFailed(Exception):
     """A tool's own failure: reported to the model as a result with ``isError``."""
 
@@ -129,6 +140,11 @@ TOOLS: dict[str, tuple[type[BaseModel], str]] = {
     ),
     "session_status": (SessionArgs, "A session's status (idle or running), last event id and token usage."),
     "session_cancel": (SessionArgs, "Stop the query running in a session."),
+    "session_approve": (
+        ApproveArgs,
+        "Approve or deny a tool call that waits for a person (a tool_approval_request event): "
+        "approved true or false, a reason, and optionally an edited input for the tool.",
+    ),
 }
 
 
@@ -217,9 +233,18 @@ class Tools:
             "oldest_id": await log.first_id(),
             "usage": dialects.usage_dict(session.usage),
             "messages": len(session.messages),
-            "running_query": session.run_message if session.status == RUNNING else None,
+            "running_query": session.run_message if session.status in ACTIVE else None,
             "followed": session.id in self.mcp_session.followed,
+            "pending_approvals": approvals.pending(session),
         }
+
+    async def session_approve(self, args: ApproveArgs) -> dict[str, Any]:
+        session = await self._session(args.session_id)
+        try:
+            reply = await approvals.answer(self.context, session, args.approval_id, args, "mcp")
+        except ApprovalError as exc:
+            raise ToolFailed(str(exc)) from None
+        return {"session_id": session.id, **reply}
 
     async def session_cancel(self, args: SessionArgs) -> dict[str, Any]:
         session = await self._session(args.session_id)
@@ -285,6 +310,8 @@ async def call_tool(
             return _result(await tools.session_message(args, progress))
         if isinstance(args, EventsArgs):
             return _result(await tools.session_events(args))
+        if isinstance(args, ApproveArgs):
+            return _result(await tools.session_approve(args))
         if name == "session_status":
             return _result(await tools.session_status(args))  # type: ignore[arg-type]
         return _result(await tools.session_cancel(args))  # type: ignore[arg-type]

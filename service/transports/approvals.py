@@ -1,0 +1,106 @@
+"""Answering a tool approval, the same way from every transport.
+
+``POST /sessions/{id}/approvals/{approval_id}``, the WebSocket ``approve`` message and the MCP
+``session_approve`` tool all come here. The answer is checked (the approval exists, an edited input
+fits the tool's input schema) and handed to the store, which logs it only if the approval is still
+pending, in one step however many instances answer at once; the run that waits reads it from
+the session's log (:mod:`service.core.approvals`). The same answer again is accepted (a retried
+request); a different one, or one for a query that has ended, is a conflict.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jsonschema
+from aiohttp import web
+from pydantic import ValidationError
+
+from service.core.events import ToolApprovalResponse
+from service.core.sessions import APPROVED, CLOSED, PENDING, Session
+from service.errors import ApprovalConflict, ApprovalError, ApprovalInputInvalid, ApprovalNotFound
+from service.transports import dialects
+from service.transports.context import Context, session_of
+from service.transports.inputs import ApprovalAnswer, read_json
+from service.transports.middleware import json_error
+
+
+def pending(session: Session) -> list[dict[str, Any]]:
+    """The session's pending approval requests, as the session dialect shows them."""
+    return [dialects.session(request) for request in session.pending_approvals()]  # type: ignore[misc]
+
+
+def check_input(context: Context, session: Session, approval_id: str, edited: dict[str, Any]) -> None:
+    """Refuse an edited input that the tool's input schema does not accept."""
+    request = session.approval_requests.get(approval_id)
+    schema = context.tool_schema(request.tool) if request is not None else None
+    if not schema:
+        return
+    validator = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    try:
+        errors = sorted(validator(schema).iter_errors(edited), key=lambda error: list(error.absolute_path))
+    except jsonschema.SchemaError:
+        return  # a tool with a broken schema is the tool's fault; the tool itself checks its input
+    if errors:
+        where = "/".join(str(part) for part in errors[0].absolute_path) or "input"
+        raise ApprovalInputInvalid(
+            f"input does not fit {request.tool}'s input schema: {where}: {errors[0].message}"
+        )
+
+
+async def answer(
+    context: Context, session: Session, approval_id: str, body: ApprovalAnswer, by: str
+) -> dict[str, Any]:
+    """Answer the approval: ``{"approval_id", "approved"}``, or an :class:`ApprovalError`."""
+    state = session.approvals.get(approval_id)
+    if state is None:
+        raise ApprovalNotFound(f"no approval {approval_id!r} in this session")
+    edited = body.input if body.approved else None
+    if edited is not None and state == PENDING:
+        check_input(context, session, approval_id, edited)
+    response = ToolApprovalResponse(
+        approval_id=approval_id, approved=body.approved, reason=body.reason or "", by=by, input=edited
+    )
+    taken = await context.sessions.answer_approval(session, response)
+    if taken is None:
+        return {"approval_id": approval_id, "approved": body.approved}
+    if not taken:
+        raise ApprovalNotFound(f"no approval {approval_id!r} in this session")
+    if taken == CLOSED:
+        raise ApprovalConflict("the approval is no longer pending: its query ended before it was answered")
+    if (taken == APPROVED) == body.approved:
+        return {"approval_id": approval_id, "approved": body.approved}  # the same answer again
+    earlier = "approved" if taken == APPROVED else "denied"
+    raise ApprovalConflict(f"the approval was already answered: {earlier}")
+
+
+async def answer_message(
+    context: Context, session: Session, approval_id: str, message: dict[str, Any], by: str
+) -> dict[str, Any]:
+    """:func:`answer` for a message whose ``approved``, ``reason`` and ``input`` sit among other
+    fields (a WebSocket ``approve``); a malformed answer is an :class:`ApprovalError` (422)."""
+    fields = {name: message[name] for name in ("approved", "reason", "input") if name in message}
+    try:
+        body = ApprovalAnswer.model_validate(fields)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}" for error in exc.errors()
+        )
+        raise ApprovalInputInvalid(f"invalid answer: {problems}") from None
+    return await answer(context, session, approval_id, body, by)
+
+
+async def post_approval(request: web.Request) -> web.Response:
+    """``POST /sessions/{id}/approvals/{approval_id}``: approve or deny a tool call that waits."""
+    context, session = await session_of(request)
+    body = await read_json(request, ApprovalAnswer)
+    try:
+        reply = await answer(context, session, request.match_info["approval_id"], body, "http")
+    except ApprovalError as exc:
+        raise json_error(exc.status, str(exc)) from None
+    return web.json_response(reply)
+
+
+def add_routes(app: web.Application) -> None:
+    """Register the approval route."""
+    app.router.add_post("/sessions/{session_id}/approvals/{approval_id}", post_approval)
