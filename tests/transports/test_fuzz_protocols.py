@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from itertools import count
 from typing import Any
 
@@ -126,6 +127,20 @@ def chat_status(value: Any) -> int:
     return 200
 
 
+def prepared(body: Any, keep_id: bool, id_key: str, status: Callable[[Any], int]) -> tuple[bytes, int]:
+    """The body to send (with a fresh session id unless the example keeps its own) and the
+    status it must get."""
+    raw, value = body
+    if isinstance(value, dict) and (not keep_id or id_key not in value):
+        value = {**value, id_key: fresh_id()}
+        raw = json.dumps(value).encode()
+    if len(raw) > MAX_BYTES:
+        return raw, 413
+    if not raw.strip() or value is MALFORMED:
+        return raw, 400
+    return raw, status(value)
+
+
 @fuzz
 @example(body=DEEP, keep_id=False)
 @given(body=chat_bodies, keep_id=st.booleans())
@@ -136,16 +151,7 @@ async def test_chat_bodies(
     keep_id: bool,  # noqa: F811
 ) -> None:
     caplog.clear()
-    raw, value = body
-    if isinstance(value, dict) and (not keep_id or "id" not in value):
-        value = {**value, "id": fresh_id()}
-        raw = json.dumps(value).encode()
-    if len(raw) > MAX_BYTES:
-        expected = 413
-    elif not raw.strip() or value is MALFORMED:
-        expected = 400
-    else:
-        expected = chat_status(value)
+    raw, expected = prepared(body, keep_id, "id", chat_status)
     async with fuzzed.post("/api/chat", data=raw, headers={"Content-Type": "application/json"}) as response:
         event(f"status {response.status}")
         if response.status == 200 and expected == 200:
@@ -213,16 +219,7 @@ async def test_ag_ui_bodies(
     keep_id: bool,  # noqa: F811
 ) -> None:
     caplog.clear()
-    raw, value = body
-    if isinstance(value, dict) and (not keep_id or "threadId" not in value):
-        value = {**value, "threadId": fresh_id()}
-        raw = json.dumps(value).encode()
-    if len(raw) > MAX_BYTES:
-        expected = 413
-    elif not raw.strip() or value is MALFORMED:
-        expected = 400
-    else:
-        expected = ag_ui_status(value)
+    raw, expected = prepared(body, keep_id, "threadId", ag_ui_status)
     async with fuzzed.post("/ag-ui", data=raw, headers={"Content-Type": "application/json"}) as response:
         event(f"status {response.status}")
         if response.status == 200 and expected == 200:
