@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 import openai
@@ -32,9 +33,23 @@ PROVIDERS = {
 }
 
 
+_OPENED: list[openai.AsyncOpenAI] = []
+
+
+@pytest.fixture(autouse=True)
+async def _close_openai_clients() -> AsyncIterator[None]:
+    """Close the test's clients on its own loop: one left to the garbage collector closes itself
+    later, on a loop that is gone, and the error it logs lands in another test."""
+    yield
+    while _OPENED:
+        await _OPENED.pop().close()
+
+
 def openai_client(client: TestClient, key: str = "unused") -> openai.AsyncOpenAI:
-    """PyPI's client pointed at the service under test."""
-    return openai.AsyncOpenAI(base_url=str(client.make_url("/v1")), api_key=key, max_retries=0)
+    """PyPI's client pointed at the service under test (closed when the test ends)."""
+    api = openai.AsyncOpenAI(base_url=str(client.make_url("/v1")), api_key=key, max_retries=0)
+    _OPENED.append(api)
+    return api
 
 
 async def model_of(api: openai.AsyncOpenAI) -> str:
