@@ -276,7 +276,6 @@ def create_app(
     app = web.Application(
         client_max_size=settings.max_request_bytes,
         middlewares=[
-            openai_chat.chat_error_middleware,
             error_middleware,
             auth.access_middleware,
             quota_middleware,

@@ -11,8 +11,8 @@ is then an OpenAI-compatible front for its model (see :mod:`service.core.options
 It takes the one path of every route (access, quotas, a session from the store, the run manager,
 the log read through a :class:`~service.transports.follow.Follower`, a pure projection in
 :mod:`service.transports.openai_dialect`). Errors are OpenAI's ``{"error": {"message", "type",
-"code", "param"}}``: :func:`chat_error_middleware` also reshapes the errors the rest of the
-service answers on ``/v1/`` paths (401 no key, 429 quota, 413 too large, 503 at a limit).
+"code", "param"}}``: :func:`_reshaped`, which the error middleware applies under ``/v1/``, also reshapes the errors
+the rest of the service answers there (401 no key, 429 quota, 413 too large, 503 at a limit).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import asyncio
 import json
 import secrets
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -34,6 +33,7 @@ from service.transports.auth import owner_of
 from service.transports.context import Context, context_of
 from service.transports.follow import Follower, Stop
 from service.transports.inputs import read_object
+from service.transports.middleware import add_error_shape
 from service.transports.openai_dialect import (
     ChatProjection,
     ConversationError,
@@ -262,40 +262,9 @@ def _reshaped(status: int, body: Any, headers: Any) -> web.Response:
     return web.json_response(reply, status=status, headers=kept, dumps=dialects.dumps)
 
 
-def _service_error(body: str | None) -> Any:
-    """The parsed body when it is the service's own error shape (``error`` a string), else None."""
-    try:
-        parsed = json.loads(body or "")
-    except ValueError:
-        return None
-    return parsed if isinstance(parsed, dict) and isinstance(parsed.get("error"), str) else None
-
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-@web.middleware
-async def chat_error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """On ``/v1/`` paths, every error in OpenAI's shape, whoever answered it (the outermost
-    middleware: the access and quota middlewares answer 401 and 429 themselves)."""
-    if not request.path.startswith(PREFIX):
-        return await handler(request)
-    try:
-        response = await handler(request)
-    except web.HTTPException as exc:
-        body = _service_error(exc.text) if exc.status >= 400 else None
-        if body is None:
-            raise
-        return _reshaped(exc.status, body, exc.headers)
-    if isinstance(response, web.Response) and not response.prepared and response.status >= 400:
-        body = _service_error(response.text) if response.content_type == "application/json" else None
-        if body is not None:
-            return _reshaped(response.status, body, response.headers)
-    return response
-
-
 def add_routes(app: web.Application) -> None:
-    """Register the OpenAI-compatible routes."""
+    """Register the OpenAI-compatible routes; every error under ``/v1/`` in OpenAI's shape."""
+    add_error_shape(app, PREFIX, _reshaped)
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_get("/v1/models", list_models)
     app.router.add_get("/v1/models/{model}", get_model)
