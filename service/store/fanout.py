@@ -104,7 +104,7 @@ class Tail:
         if entries[0].id <= self.cursor + 1 and not self.closed and self.failed is None:
             # Following the cursor, or partly read already by the reader (it can be quicker
             # than the append's reply): the rest are the subscribers' now.
-            fresh = [entry for entry in entries if entry.id > self.cursor]
+            fresh = entries if entries[0].id > self.cursor else [e for e in entries if e.id > self.cursor]
             for entry in fresh:
                 self.take(entry)
             if fresh:

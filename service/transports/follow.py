@@ -151,3 +151,34 @@ class Follower:
         elif self.stop is Stop.AT_REST and is_terminal(batch[-1].event):
             return len(batch) - 1
         return None
+
+
+class ThroughRun:
+    """A query's log entries after ``after`` through to its terminal event, going on past the
+    stretches purged before they were read (a log too small for the run): :attr:`skipped` says
+    some were, and the run's end still tells how it ended (``RunDone.output`` has the whole
+    answer). :attr:`ending` is how the last following ended.
+
+    Use ``async with contextlib.aclosing(ThroughRun(log).batches()) as batches``, so a reader that
+    stops early closes its subscription at once.
+    """
+
+    def __init__(self, log: EventLog, after: int = 0) -> None:
+        self.log = log
+        self.after = after
+        self.skipped = False
+        self.ending: Ending | None = None
+
+    async def batches(self) -> AsyncGenerator[list[LogEntry], None]:
+        """The entries, a batch at a time."""
+        after = self.after
+        while True:
+            follower = Follower(self.log, after, stop=Stop.AT_TERMINAL)
+            async with follower as batches:
+                async for batch in batches:
+                    yield batch
+            ending = self.ending = follower.ending
+            if ending is None or ending.reason != "purged":
+                return
+            self.skipped = True
+            after = (ending.oldest_id or ending.last_id + 1) - 1

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from aiohttp import web
@@ -13,7 +14,7 @@ from service.core.sessions import Session
 from service.transports import dialects
 from service.transports.auth import owner_of
 from service.transports.context import context_of
-from service.transports.follow import Follower, Stop
+from service.transports.follow import ThroughRun
 from service.transports.inputs import AgentRequest, check_length, read_json
 from service.transports.middleware import error_response, json_error
 
@@ -49,26 +50,17 @@ async def agent_run(request: web.Request) -> web.Response:
 async def _collect(session: Session) -> tuple[str, Event | RunError | None]:
     """The run's text and its terminal event (or why none was read)."""
     parts: list[str] = []
-    after = 0
-    skipped = False
     last: Event | None = None
-    while True:
-        follower = Follower(session.log, after, stop=Stop.AT_TERMINAL)
-        async with follower as batches:
-            async for batch in batches:
-                for entry in batch:
-                    if isinstance(entry.event, TextDelta):
-                        parts.append(entry.event.text)
-                last = batch[-1].event
-        ending = follower.ending
-        if ending is None or ending.reason != "purged":
-            break
-        # A log too small for this run dropped events before they were read: skip them; the
-        # answer's final text comes with the run's end.
-        skipped = True
-        after = (ending.oldest_id or after + 1) - 1
+    reader = ThroughRun(session.log)
+    async with contextlib.aclosing(reader.batches()) as batches:
+        async for batch in batches:
+            for entry in batch:
+                if isinstance(entry.event, TextDelta):
+                    parts.append(entry.event.text)
+            last = batch[-1].event
+    ending = reader.ending
     if ending is not None and ending.clean:  # the last event read is the run's terminal one
-        if skipped and isinstance(last, RunDone):
+        if reader.skipped and isinstance(last, RunDone):
             return last.output, last
         return "".join(parts), last
     return "".join(parts), ending.as_error() if ending is not None else None

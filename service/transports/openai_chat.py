@@ -18,6 +18,7 @@ the rest of the service answers there (401 no key, 429 quota, 413 too large, 503
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import secrets
 import time
@@ -31,7 +32,7 @@ from service.core.sessions import Session
 from service.transports import dialects
 from service.transports.auth import owner_of
 from service.transports.context import Context, context_of
-from service.transports.follow import Follower, Stop
+from service.transports.follow import Follower, Stop, ThroughRun
 from service.transports.inputs import read_object
 from service.transports.middleware import add_error_shape
 from service.transports.openai_dialect import (
@@ -166,25 +167,16 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 async def _answer(session: Session, projection: ChatProjection) -> RunError | None:
     """Fold the run into ``projection``; the error that ended it, if it failed."""
-    after = 0
-    skipped = False
-    while True:
-        follower = Follower(session.log, after, stop=Stop.AT_TERMINAL)
-        async with follower as batches:
-            async for batch in batches:
-                for entry in batch:
-                    if isinstance(entry.event, RunError):
-                        return entry.event
-                    projection.project(entry.event)
-        ending = follower.ending
-        if ending is None or ending.reason != "purged":
-            break
-        # A log too small for this run dropped events before they were read: skip them; the
-        # answer's final text comes with the run's end.
-        skipped = True
-        after = (ending.oldest_id or after + 1) - 1
+    reader = ThroughRun(session.log)
+    async with contextlib.aclosing(reader.batches()) as batches:
+        async for batch in batches:
+            for entry in batch:
+                if isinstance(entry.event, RunError):
+                    return entry.event
+                projection.project(entry.event)
+    ending = reader.ending
     if ending is not None and ending.clean:
-        if skipped:
+        if reader.skipped:  # part of the text is gone: the run's final answer instead
             projection.text = [projection.output]
         return None
     return ending.as_error() if ending is not None else RunError(error="the run ended without a result")

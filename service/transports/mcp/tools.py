@@ -20,6 +20,7 @@ Tools (seed 004):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import warnings
 from collections.abc import Awaitable, Callable, Mapping
@@ -46,7 +47,7 @@ from service.errors import (
 from service.transports import approvals, dialects
 from service.transports.auth import owner_of
 from service.transports.context import Context, context_of
-from service.transports.follow import Follower, Stop
+from service.transports.follow import ThroughRun
 from service.transports.inputs import ApprovalAnswer, MaxTurns, Text
 from service.transports.quotas import quota_fields
 from service.transports.reading import IndexAhead, poll
@@ -259,31 +260,23 @@ async def _await_answer(session: Session, after: int, progress: Progress) -> dic
     """Follow the query to its end; its text, and how it ended. Progress counts its events."""
     text: list[str] = []
     seen = 0
-    skipped = False
-    while True:
-        follower = Follower(session.log, after, stop=Stop.AT_TERMINAL)
-        async with follower as batches:
-            async for batch in batches:
-                seen += len(batch)
-                text.extend(entry.event.text for entry in batch if isinstance(entry.event, TextDelta))
-                event = batch[-1].event
-                if is_terminal(event):
-                    ended: dict[str, Any] = {"next_index": batch[-1].id, "response": "".join(text)}
-                    if isinstance(event, RunDone):
-                        if skipped:  # part of the text is gone: the run's final answer instead
-                            ended["response"] = event.output
-                        ended["done"] = dialects.session(event)
-                    elif isinstance(event, RunError):
-                        ended["error"] = dialects.session(event)
-                    return ended
-                await progress(float(seen), f"{seen} events")
-        ending = follower.ending
-        if ending is None or ending.reason != "purged":
-            break
-        # A log too small for the query dropped events before they were read: go on from the
-        # oldest kept (the answer's final text comes with the run's end).
-        after = (ending.oldest_id or ending.last_id + 1) - 1
-        skipped = True
+    reader = ThroughRun(session.log, after)
+    async with contextlib.aclosing(reader.batches()) as batches:
+        async for batch in batches:
+            seen += len(batch)
+            text.extend(entry.event.text for entry in batch if isinstance(entry.event, TextDelta))
+            event = batch[-1].event
+            if is_terminal(event):
+                ended: dict[str, Any] = {"next_index": batch[-1].id, "response": "".join(text)}
+                if isinstance(event, RunDone):
+                    if reader.skipped:  # part of the text is gone: the run's final answer instead
+                        ended["response"] = event.output
+                    ended["done"] = dialects.session(event)
+                elif isinstance(event, RunError):
+                    ended["error"] = dialects.session(event)
+                return ended
+            await progress(float(seen), f"{seen} events")
+    ending = reader.ending
     if ending is not None and ending.reason == "store_unavailable":
         raise ToolFailed(f"{ending.message}; call session_events later to read the answer")
     raise ToolFailed("the session ended before the query finished")
