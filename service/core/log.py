@@ -12,20 +12,25 @@ Contract of :class:`EventLog` (every implementation, in memory or on Redis Strea
   reads at its own pace from the log itself, so a slow one never slows the writer or the others
   and costs no memory beyond the log's bound; one that falls behind the purge horizon gets
   ``EventsPurged``. The iterator ends once the log is closed and the subscriber has read all.
+- ``subscribe(..., deliver=)`` may, while the subscriber waits, hand it each new entry at once,
+  from the appending task, instead of waking it (see :data:`Deliver`); a log is free not to.
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
+import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from service.core.events import Event
 from service.core.wakeup import IdleWait, Wakeup
 from service.errors import EventsPurged
+
+logger = logging.getLogger(__name__)
 
 # What an entry costs this process, measured with tracemalloc (tests/core/test_log.py): the event
 # object, its JSON and the wire encodings the transports cache on it come to about 1.2 KB plus
@@ -52,6 +57,19 @@ class LogEntry:
     size: int
     ts: float = field(default_factory=time.time)
     encoded: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+Deliver = Callable[[LogEntry], bool]
+"""Takes one new entry synchronously, on the appending task: True when it dealt with the entry
+(wrote it to its client, say), False to have it, and all after it, come as a batch as usual.
+
+This is write-through delivery. A subscriber that has caught up waits for the next append; waking
+its task for every token (a future, a callback, the task's whole stack resumed, then a new future
+to wait on) costs about as much as what it then does with the token. A transport whose client
+can take a write at once gives the log a ``deliver`` and its task sleeps until something needs it:
+an entry ``deliver`` declines (the end of a run, a socket with a backlog), a keep-alive, the close.
+``deliver`` must not raise and must not block; whatever it declines the subscription yields next.
+"""
 
 
 class EventLog(abc.ABC):
@@ -85,12 +103,14 @@ class EventLog(abc.ABC):
 
     @abc.abstractmethod
     def subscribe(
-        self, after_id: int = 0, *, idle_timeout: float | None = None
+        self, after_id: int = 0, *, idle_timeout: float | None = None, deliver: Deliver | None = None
     ) -> AsyncIterator[list[LogEntry]]:
         """Batches of entries after ``after_id``: the kept ones, then live ones.
 
         With ``idle_timeout``, an empty batch comes whenever nothing was appended for that long,
-        so a transport can send a keep-alive without cancelling the iterator.
+        so a transport can send a keep-alive without cancelling the iterator. With ``deliver``,
+        the log may hand live entries to it instead (see :data:`Deliver`); each entry comes once,
+        one way or the other, in order.
         """
 
     @abc.abstractmethod
@@ -127,6 +147,8 @@ class MemoryEventLog(EventLog):
         self._last_id = 0
         self._closed = False
         self._wakeup = Wakeup()
+        # The subscriptions waiting with a ``deliver``: appends go to them directly.
+        self._direct: list[_Direct] = []
         self.subscribers = 0  # subscriptions open now, to show that a transport cleans up
         self._subscribers_changed = asyncio.Event()
 
@@ -158,8 +180,20 @@ class MemoryEventLog(EventLog):
         self._entries.append(entry)
         self._bytes += entry.size
         self._purge()
+        if self._direct:
+            self._deliver(entry)
         self._wake()
         return entry
+
+    def _deliver(self, entry: LogEntry) -> None:
+        """Hand ``entry`` to each waiting ``deliver``; wake those that decline it."""
+        kept: list[_Direct] = []
+        for direct in self._direct:
+            if direct.cursor == entry.id - 1 and direct.take(entry):
+                kept.append(direct)
+            else:
+                direct.wake()
+        self._direct = kept
 
     def _purge(self) -> None:
         # The newest event always stays, even when it alone is over the bound.
@@ -187,10 +221,11 @@ class MemoryEventLog(EventLog):
         return self._after(max(after_id, 0), limit, strict)
 
     async def subscribe(
-        self, after_id: int = 0, *, idle_timeout: float | None = None
+        self, after_id: int = 0, *, idle_timeout: float | None = None, deliver: Deliver | None = None
     ) -> AsyncIterator[list[LogEntry]]:
         cursor = max(after_id, 0)
         idle = IdleWait(idle_timeout) if idle_timeout is not None else None
+        direct = _Direct(deliver, idle) if deliver is not None else None
         self._count_subscriber(+1)
         try:
             while True:
@@ -204,11 +239,24 @@ class MemoryEventLog(EventLog):
                 if self._closed:
                     return
                 # Nothing can be appended between the look above and taking the waiter: no await.
-                waiter = self._wakeup.waiter()
-                if idle is None:
-                    await waiter
-                elif not await idle.wait(waiter):
-                    yield []
+                if direct is None:
+                    waiter = self._wakeup.waiter()
+                else:
+                    waiter = direct.wait_from(cursor)
+                    self._direct.append(direct)
+                try:
+                    if idle is None:
+                        await waiter
+                        continue
+                    if await idle.wait(waiter):
+                        continue
+                finally:
+                    if direct is not None:
+                        # What deliver took is behind the subscription now.
+                        cursor = direct.cursor
+                        if direct in self._direct:
+                            self._direct.remove(direct)
+                yield []
         finally:
             if idle is not None:
                 idle.close()
@@ -235,4 +283,44 @@ class MemoryEventLog(EventLog):
 
     async def close(self) -> None:
         self._closed = True
+        direct, self._direct = self._direct, []
+        for waiting in direct:
+            waiting.wake()
         self._wake()
+
+
+class _Direct:
+    """A subscription waiting with a :data:`Deliver`: where it stands, and the future that wakes it."""
+
+    __slots__ = ("_deliver", "_idle", "_waiter", "cursor")
+
+    def __init__(self, deliver: Deliver, idle: IdleWait | None) -> None:
+        self._deliver = deliver
+        self._idle = idle
+        self._waiter: asyncio.Future[bool] | None = None
+        self.cursor = 0
+
+    def wait_from(self, cursor: int) -> asyncio.Future[bool]:
+        """Wait, caught up to ``cursor``: the future :meth:`wake` resolves."""
+        self.cursor = cursor
+        self._waiter = waiter = asyncio.get_running_loop().create_future()
+        return waiter
+
+    def take(self, entry: LogEntry) -> bool:
+        """Offer ``entry`` to ``deliver``; True when it took it (the cursor moves past it)."""
+        try:
+            taken = self._deliver(entry)
+        except Exception:  # a transport's bug must not fail the run that appends
+            logger.exception("a subscriber's deliver failed; it reads the entry as a batch instead")
+            return False
+        if taken:
+            self.cursor = entry.id
+            if self._idle is not None:
+                self._idle.touch()
+        return taken
+
+    def wake(self) -> None:
+        """Wake the subscription: it reads from its cursor as a batch."""
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(True)

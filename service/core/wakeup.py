@@ -54,6 +54,11 @@ class IdleWait:
         """Something came: the next wait starts a fresh idle period."""
         self._moved = True
 
+    def touch(self) -> None:
+        """Something came during the wait (handed over without waking the waiter): the idle
+        period starts again now."""
+        self._deadline = self._loop.time() + self._timeout
+
     async def wait(self, waiter: asyncio.Future[bool]) -> bool:
         """Wait on ``waiter``: True when it was resolved, False when the idle period ran out."""
         if self._moved:

@@ -34,6 +34,7 @@ from typing import Any
 import aiohttp
 from aiobotocore.config import AioConfig
 from aiobotocore.session import AioSession
+from botocore.context import get_context
 
 from service.core.events import Event
 from service.errors import ProviderError
@@ -66,6 +67,86 @@ def _keepalive_socket(addr_info: Any) -> socket.socket:
     sock = socket.socket(family=family, type=type_, proto=proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
     return sock
+
+
+def _cache_user_agent(client: Any) -> None:
+    """Build the client's User-Agent header once per set of features, not twice per request.
+
+    botocore rebuilds the header for every request (when it makes it, then again before sending,
+    to add the request's feature codes), sanitising each of a dozen components: about 35 µs each
+    time, a tenth of a request's CPU in the service (py-spy under ``bench_concurrency.py``). Every
+    part but the features is fixed for a client, so the string is kept per set of features and is
+    the same as botocore's. A botocore without this builder is left as it is.
+    """
+    creator = getattr(client, "_user_agent_creator", None)
+    build = getattr(creator, "to_string", None)
+    if build is None:
+        return
+    built: dict[frozenset[str], str] = {}
+
+    def to_string() -> str:
+        context = get_context()
+        features = frozenset(context.features) if context is not None else frozenset()
+        user_agent = built.get(features)
+        if user_agent is None:
+            user_agent = build()
+            if len(built) < 64:
+                built[features] = user_agent
+        return user_agent
+
+    creator.to_string = to_string
+
+
+class StallWatch:
+    """Ends a response body whose upstream sends nothing for ``timeout`` seconds, at a cost per
+    read of one counter.
+
+    aiohttp's own ``sock_read`` timeout does the same by cancelling and re-arming a timer on every
+    read the socket makes: with hundreds of streams at a token per read, that was a tenth of the
+    service's CPU per token (py-spy, ``scripts/bench_concurrency.py``). Once the response's headers
+    are in, the stream is watched here instead: a timer every quarter of ``timeout`` looks whether
+    :attr:`reads` moved, and a stream that stood still for ``timeout`` gets aiohttp's own
+    ``SocketTimeoutError``, as before (within a quarter of ``timeout`` later than aiohttp would).
+    The wait for the headers keeps aiohttp's timeout.
+    """
+
+    __slots__ = ("_handle", "_loop", "_raw", "_seen", "_since", "_step", "_timeout", "reads")
+
+    def __init__(self, raw: aiohttp.ClientResponse, timeout: float | None) -> None:
+        self.reads = 0
+        self._raw = raw
+        self._handle: asyncio.TimerHandle | None = None
+        if not timeout:
+            return
+        connection = raw.connection
+        protocol = connection.protocol if connection is not None else None
+        if protocol is None:
+            return  # the whole body is in already: nothing left to wait for
+        protocol.read_timeout = None  # aiohttp drops its timer at the next read
+        self._loop = asyncio.get_running_loop()
+        self._timeout = timeout
+        self._step = timeout / 4
+        self._seen = 0
+        self._since = self._loop.time()
+        self._handle = self._loop.call_later(self._step, self._check)
+
+    def _check(self) -> None:
+        now = self._loop.time()
+        if self.reads != self._seen:
+            self._seen, self._since = self.reads, now
+        elif now - self._since >= self._timeout:
+            self._handle = None
+            self._raw.content.set_exception(
+                aiohttp.SocketTimeoutError("Timeout on reading data from socket")
+            )
+            return
+        self._handle = self._loop.call_later(self._step, self._check)
+
+    def close(self) -> None:
+        """Stop watching (the stream ended, one way or another)."""
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
 
 
 class BedrockProvider:
@@ -104,6 +185,7 @@ class BedrockProvider:
             connect_timeout=connect_timeout,
             connector_args={"socket_factory": _keepalive_socket},
         )
+        self._read_timeout = read_timeout
         self._client_kwargs: dict[str, Any] = {"region_name": region, "config": config, **(credentials or {})}
         # Pass an endpoint only when one is configured, so botocore's own
         # AWS_ENDPOINT_URL_BEDROCK_RUNTIME keeps working.
@@ -156,9 +238,11 @@ class BedrockProvider:
         if self._client is None:
             async with self._client_lock:  # hundreds of first requests at once make one client
                 if self._client is None:
-                    self._client = await self._exit_stack.enter_async_context(
+                    client = await self._exit_stack.enter_async_context(
                         self._session.create_client(SERVICE, **self._client_kwargs)
                     )
+                    _cache_user_agent(client)
+                    self._client = client
         return self._client
 
     def stream(self, request: ModelRequest, turn: int = 1) -> AsyncGenerator[Event | TurnResult, None]:
@@ -182,12 +266,17 @@ class BedrockProvider:
                         yield event
                     return
                 decoder = FrameDecoder()
-                # Whatever one read brought, all its frames at once: one wake-up per read.
-                while data := await raw.content.readany():
-                    for frame in decoder.feed(data):
-                        event = fast_event(frame) or await events._parse_event(frame.message())
-                        if event:  # botocore skips what parses to nothing (an unknown event type)
-                            yield event
+                stall = StallWatch(raw, self._read_timeout)
+                try:
+                    # Whatever one read brought, all its frames at once: one wake-up per read.
+                    while data := await raw.content.readany():
+                        stall.reads += 1
+                        for frame in decoder.feed(data):
+                            event = fast_event(frame) or await events._parse_event(frame.message())
+                            if event:  # botocore skips what parses to nothing (an unknown event type)
+                                yield event
+                finally:
+                    stall.close()
             except Exception as exc:  # not GeneratorExit nor CancelledError: those just close
                 raise stream_error_from_exception(exc) from exc
         finally:

@@ -10,7 +10,7 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from service.core.events import Event
-from service.core.log import EventLog, LogEntry, entry_bytes
+from service.core.log import Deliver, EventLog, LogEntry, entry_bytes
 from service.core.sessions import (
     IDLE,
 )
@@ -156,8 +156,9 @@ class RedisEventLog(EventLog):
         return entries
 
     async def subscribe(
-        self, after_id: int = 0, *, idle_timeout: float | None = None
+        self, after_id: int = 0, *, idle_timeout: float | None = None, deliver: Deliver | None = None
     ) -> AsyncIterator[list[LogEntry]]:
+        # ``deliver`` is not used: every live entry comes as a batch from the instance's reader.
         fanout = self._backend.fanout
         cursor = max(after_id, 0)
         tail = await fanout.watch(self._session_id, self._status)

@@ -24,7 +24,7 @@ from types import TracebackType
 from typing import Literal
 
 from service.core.events import RunError, is_terminal
-from service.core.log import EventLog, LogEntry
+from service.core.log import Deliver, EventLog, LogEntry
 from service.errors import EventsPurged, StoreUnavailable
 
 EndReason = Literal["done", "closed", "purged", "store_unavailable"]
@@ -77,6 +77,9 @@ class Follower:
     transport can send a keep-alive. :attr:`last_id` is the id of the last entry handed out.
     :attr:`waiting` is True while the follower waits on the log for what comes next: only then may
     a shutdown interrupt it without cutting anything short (the SSE streams' drain relies on it).
+
+    With ``deliver`` (see :data:`~service.core.log.Deliver`), live entries may be handed to it
+    while the follower waits, except the one it stops at; :attr:`last_id` counts those too.
     """
 
     def __init__(
@@ -86,11 +89,13 @@ class Follower:
         *,
         stop: Stop = Stop.NEVER,
         idle_timeout: float | None = None,
+        deliver: Deliver | None = None,
     ) -> None:
         self.log = log
         self.last_id = after
         self.stop = stop
         self.idle_timeout = idle_timeout
+        self._deliver = deliver
         self.waiting = False
         self.ending: Ending | None = None
         self._batches = self._follow()
@@ -104,7 +109,8 @@ class Follower:
         await self._batches.aclose()
 
     async def _follow(self) -> AsyncGenerator[list[LogEntry], None]:
-        subscription = self.log.subscribe(self.last_id, idle_timeout=self.idle_timeout)
+        deliver = self._take if self._deliver is not None else None
+        subscription = self.log.subscribe(self.last_id, idle_timeout=self.idle_timeout, deliver=deliver)
         # Read once: this loop runs once per batch for every subscriber.
         stop = self.stop
         try:
@@ -141,6 +147,16 @@ class Follower:
             )
         finally:
             await subscription.aclose()
+
+    def _take(self, entry: LogEntry) -> bool:
+        """An entry handed over while the follower waits: the transport's ``deliver`` writes it,
+        unless it is where this follower stops (that one comes as a batch, to end the stream)."""
+        if self.stop is not Stop.NEVER and is_terminal(entry.event):
+            return False
+        if not self._deliver(entry):  # type: ignore[misc]
+            return False
+        self.last_id = entry.id
+        return True
 
     def _cut(self, batch: list[LogEntry]) -> int | None:
         """The index of the terminal event this follower stops at, if the batch holds one."""

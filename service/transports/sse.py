@@ -23,6 +23,7 @@ from aiohttp import web
 from aiohttp_sse import EventSourceResponse, sse_response
 
 from service.core.events import StatusChange
+from service.core.log import LogEntry
 from service.core.sessions import ACTIVE, Session
 from service.errors import EventsPurged, StoreUnavailable
 from service.transports import dialects
@@ -78,7 +79,17 @@ async def _agent_stream(
 ) -> web.StreamResponse:
     timeout = context.settings.sse_send_timeout_s
     async with event_stream(request, context, allow_all_methods=True) as response:
-        follower = Follower(session.log, 0, stop=Stop.AT_TERMINAL)
+
+        def deliver(entry: LogEntry) -> bool:
+            block = dialects.agent_block(entry.event)
+            if block is None:
+                return True
+            if not write_now(request, response, block.encode()):
+                return False
+            delivered.inc()
+            return True
+
+        follower = Follower(session.log, 0, stop=Stop.AT_TERMINAL, deliver=deliver)
         async with follower as batches:
             async for batch in batches:
                 blocks = []
@@ -99,6 +110,36 @@ async def _agent_stream(
 
 
 UNTIMED_WRITE_BYTES = 32 * 1024
+
+
+def write_now(request: web.Request, response: web.StreamResponse, payload: bytes) -> bool:
+    """Write ``payload`` at once, without waiting, if the socket can take it: False if not.
+
+    This is what a :data:`~service.core.log.Deliver` writes with, on the task that appends. With
+    the socket's buffer under :data:`UNTIMED_WRITE_BYTES` (half the transport's high-water mark)
+    aiohttp's ``write`` hands the bytes to the transport and returns without suspending, so it
+    is run to its end here rather than awaited. A write refused (a closing socket, a backlog)
+    writes nothing: the handler's own task then writes it, with the timeout and errors of
+    :func:`write_blocks`.
+    """
+    transport = request.transport
+    if (
+        transport is None
+        or transport.is_closing()
+        or transport.get_write_buffer_size() + len(payload) >= UNTIMED_WRITE_BYTES
+    ):
+        return False
+    write = response.write(payload)
+    try:
+        write.send(None)
+    except StopIteration:
+        return True
+    except Exception:
+        return False  # nothing was written (the response ended, say): the handler meets it too
+    # It stopped to wait for the socket to drain, after handing the bytes over: they are out, and
+    # the handler's next write waits for the drain instead.
+    write.close()
+    return True
 
 
 async def write_blocks(
@@ -201,16 +242,30 @@ async def _follow(
     log = session.log
     settings = context.settings
     delivered = context.metrics.events_delivered.labels("sse")
-    follower = Follower(log, after, stop=Stop.AT_REST, idle_timeout=settings.heartbeat_interval_s)
+    # The status as of the last event sent: on a shared store the session object is a copy
+    # read when the request came, and the log's status changes are what keep it current.
+    status = session.status
+
+    def deliver(entry: LogEntry) -> bool:
+        nonlocal status
+        if retry is not None:
+            return False  # the first frame carries the retry hint: the handler writes it
+        if not write_now(request, response, dialects.session_sse(entry)):
+            return False
+        delivered.inc()
+        if isinstance(entry.event, StatusChange):
+            status = entry.event.status
+        return True
+
+    follower = Follower(
+        log, after, stop=Stop.AT_REST, idle_timeout=settings.heartbeat_interval_s, deliver=deliver
+    )
     # A shutdown may end this stream while its follower waits on the log for the next batch (see
     # _drain); only then, so nothing is cut short mid-write or mid-read.
     streams = request.app[SESSION_STREAMS]
     task = asyncio.current_task()
     if task is not None:
         streams[task] = follower
-    # The status as of the last event sent: on a shared store the session object is a copy
-    # read when the request came, and the log's status changes are what keep it current.
-    status = session.status
     try:
         async with follower as batches:
             async for batch in batches:

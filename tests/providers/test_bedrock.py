@@ -31,11 +31,13 @@ class FakeBedrock:
         self.status = 200
         self.headers: dict[str, str] = {"Content-Type": CONTENT_TYPE}
         self.body = b""
+        self.user_agents: list[str] = []
 
     async def handle(self, request: web.Request) -> web.Response:
         """Count the request; answer with the body set."""
         await request.read()
         self.requests += 1
+        self.user_agents.append(request.headers.get("User-Agent", ""))
         return web.Response(status=self.status, headers=self.headers, body=self.body)
 
 
@@ -238,3 +240,54 @@ async def test_padding_blobs_and_unknown_events_over_the_wire(
     ]
     assert raw[2]["contentBlockDelta"]["delta"] == {"reasoningContent": {"redactedContent": b"secret"}}
     assert raw[4] == {"contentBlockDelta": {"delta": {"text": "Hi"}, "contentBlockIndex": 1}}
+
+
+async def test_the_user_agent_is_botocores_own_built_once(fake: tuple[FakeBedrock, BedrockProvider]) -> None:
+    upstream, provider = fake
+    upstream.body = tool_answer("{}")
+    for _ in range(2):
+        await run_turn(provider)
+    client = await provider._get_client()
+    creator = client._user_agent_creator
+    # What botocore's own builder gives (the class's method, not the cached one on the instance).
+    expected = type(creator).to_string(creator)
+    assert upstream.user_agents[0].startswith("aiobotocore/") and " m/" in upstream.user_agents[0]
+    assert upstream.user_agents == [expected, expected]
+
+
+async def test_a_body_that_stops_coming_times_out_after_the_headers(aiohttp_server: Any) -> None:
+    """The headers, a delta, another once the first was read, then nothing: the stall watch (not
+    aiohttp's timer, dropped at the second read) ends the read."""
+    release, go_on = asyncio.Event(), asyncio.Event()
+
+    def delta(text: str) -> bytes:
+        return frames(("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": text}}))
+
+    async def stalling(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": CONTENT_TYPE})
+        await response.prepare(request)
+        await response.write(delta("a"))
+        await go_on.wait()
+        await response.write(delta("b"))
+        await release.wait()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/model/{modelId:.+}/converse-stream", stalling)
+    provider = provider_at(await aiohttp_server(app), max_attempts=1, read_timeout=0.3)
+    seen: list[str] = []
+    try:
+        with pytest.raises(ProviderError) as caught:
+            async with asyncio.timeout(5):  # a watch that never fires fails here, not by hanging
+                async for raw in provider.raw_stream(ModelRequest([{"role": "user", "content": [{"text": "hi"}]}])):
+                    seen.extend(
+                        event.text for event in BedrockStreamParser().feed(raw) if isinstance(event, TextDelta)
+                    )
+                    go_on.set()
+        assert caught.value.code == "read_timeout" and caught.value.retryable
+        assert seen == ["a", "b"]
+        assert provider.active_streams == 0
+    finally:
+        release.set()
+        await provider.close()
