@@ -44,12 +44,16 @@ def entry_bytes(json_length: int) -> int:
     return ENTRY_OVERHEAD_BYTES + ENTRY_JSON_FACTOR * json_length
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LogEntry:
     """An event as stored: its id, the event, its size as the log's bound counts it, and when it came.
 
     ``encoded`` caches each dialect's wire form of the entry, so an event sent to a thousand
     subscribers is projected and serialised once, not a thousand times.
+
+    Entries are shared by every reader and never changed once made. They are not frozen only
+    because a frozen dataclass sets each field through ``object.__setattr__``: one is made per
+    token, and that made it cost three times as much.
     """
 
     id: int
@@ -173,6 +177,10 @@ class MemoryEventLog(EventLog):
         return self._last_id + 1
 
     async def append(self, event: Event, *, fence: str | None = None) -> LogEntry:
+        return self.append_now(event)
+
+    def append_now(self, event: Event) -> LogEntry:
+        """:meth:`append`, without a coroutine: nothing here waits (a run appends per token)."""
         if self._closed:
             raise RuntimeError("event log is closed")
         self._last_id += 1
@@ -187,13 +195,14 @@ class MemoryEventLog(EventLog):
 
     def _deliver(self, entry: LogEntry) -> None:
         """Hand ``entry`` to each waiting ``deliver``; wake those that decline it."""
-        kept: list[_Direct] = []
+        declined = None
+        before = entry.id - 1
         for direct in self._direct:
-            if direct.cursor == entry.id - 1 and direct.take(entry):
-                kept.append(direct)
-            else:
+            if direct.cursor != before or not direct.take(entry):
                 direct.wake()
-        self._direct = kept
+                declined = [*(declined or ()), direct]
+        if declined:
+            self._direct = [direct for direct in self._direct if direct not in declined]
 
     def _purge(self) -> None:
         # The newest event always stays, even when it alone is over the bound.

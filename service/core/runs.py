@@ -37,6 +37,7 @@ from service.core.events import (
     Usage,
     is_terminal,
 )
+from service.core.log import MemoryEventLog
 from service.core.options import RunOptions
 from service.core.run_parts import Agent, NoGate, NoObserver, RunGate, RunObserver
 from service.core.sessions import (
@@ -324,13 +325,16 @@ class RunManager:
 
     def _logged(self, run: Run, events: list[Event]) -> None:
         """Count events once they are in the log (a snapshot never runs ahead of its last id)."""
-        session, progress, observer = run.session, run.progress, self._observer
         for event in events:
-            progress.observe(event)
-            observer.event_logged(run.id, event)
-            if isinstance(event, TurnCompleted | PlanCreated):
-                session.usage = session.usage + event.usage
-                self._gate.used(session.owner, event.usage)
+            self._logged_one(run, event)
+
+    def _logged_one(self, run: Run, event: Event) -> None:
+        run.progress.observe(event)
+        self._observer.event_logged(run.id, event)
+        if isinstance(event, TurnCompleted | PlanCreated):
+            session = run.session
+            session.usage = session.usage + event.usage
+            self._gate.used(session.owner, event.usage)
 
     async def _drive(self, run: Run) -> None:
         log.info("query started (max %d turns)", run.max_turns)
@@ -342,6 +346,10 @@ class RunManager:
             if event_log.round_trips
             else None
         )
+        # A log in this process takes each event without a coroutine (this is per token); not one
+        # whose append does more than the memory log's.
+        memory = isinstance(event_log, MemoryEventLog) and type(event_log).append is MemoryEventLog.append
+        append_now = event_log.append_now if memory else None
         try:
             async for event in self._agent_events(run, committer):
                 run.taken += 1
@@ -353,8 +361,11 @@ class RunManager:
                     await self._finish(run, event)
                     return
                 if committer is None:
-                    await event_log.append(event, fence=run.fence)
-                    self._logged(run, [event])
+                    if append_now is not None:
+                        append_now(event)
+                    else:
+                        await event_log.append(event, fence=run.fence)
+                    self._logged_one(run, event)
                 elif committer.add(event):
                     await committer.drain()
             if committer is not None:

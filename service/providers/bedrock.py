@@ -39,8 +39,8 @@ from botocore.context import get_context
 from service.core.events import Event
 from service.errors import ProviderError
 from service.providers.admission import Admission
-from service.providers.base import ModelRequest, TurnResult, alternate_roles, parse_stream
-from service.providers.bedrock_events import FrameDecoder, fast_event
+from service.providers.base import ModelRequest, TurnResult, alternate_roles
+from service.providers.bedrock_events import FrameDecoder, delta_body, event_of, text_of
 from service.providers.bedrock_stream import BedrockStreamParser, stream_error_from_exception
 
 SERVICE = "bedrock-runtime"
@@ -136,9 +136,7 @@ class StallWatch:
             self._seen, self._since = self.reads, now
         elif now - self._since >= self._timeout:
             self._handle = None
-            self._raw.content.set_exception(
-                aiohttp.SocketTimeoutError("Timeout on reading data from socket")
-            )
+            self._raw.content.set_exception(aiohttp.SocketTimeoutError("Timeout on reading data from socket"))
             return
         self._handle = self._loop.call_later(self._step, self._check)
 
@@ -247,10 +245,18 @@ class BedrockProvider:
 
     def stream(self, request: ModelRequest, turn: int = 1) -> AsyncGenerator[Event | TurnResult, None]:
         """One turn's canonical events, then its result; errors are raised as :class:`ProviderError`."""
-        return parse_stream(self.raw_stream(request), BedrockStreamParser(turn=turn))
+        return self._read(request, BedrockStreamParser(turn=turn))
 
-    async def raw_stream(self, request: ModelRequest) -> AsyncGenerator[dict[str, Any], None]:
-        """Yield ConverseStream events; errors are raised as :class:`ProviderError`."""
+    def raw_stream(self, request: ModelRequest) -> AsyncGenerator[dict[str, Any], None]:
+        """Yield ConverseStream events as botocore parses them; errors are raised as
+        :class:`ProviderError`."""
+        return self._read(request, None)
+
+    async def _read(
+        self, request: ModelRequest, parser: BedrockStreamParser | None
+    ) -> AsyncGenerator[Any, None]:
+        """The response's events: botocore's dicts, or with ``parser`` its canonical events and
+        then the turn's result (a text delta then goes to the parser without its dict)."""
         await self.admission.enter()  # a burst of new requests starts a few per loop turn
         kwargs = self.request_kwargs(request)
         self._opened()
@@ -263,7 +269,13 @@ class BedrockProvider:
                 raw = getattr(events, "_raw_stream", None)
                 if not isinstance(raw, aiohttp.ClientResponse):  # not aiohttp: aiobotocore's own reader
                     async for event in events:
-                        yield event
+                        if parser is None:
+                            yield event
+                        else:
+                            for parsed in parser.feed(event):
+                                yield parsed
+                    if parser is not None:
+                        yield parser.result()
                     return
                 decoder = FrameDecoder()
                 stall = StallWatch(raw, self._read_timeout)
@@ -272,9 +284,26 @@ class BedrockProvider:
                     while data := await raw.content.readany():
                         stall.reads += 1
                         for frame in decoder.feed(data):
-                            event = fast_event(frame) or await events._parse_event(frame.message())
-                            if event:  # botocore skips what parses to nothing (an unknown event type)
+                            body = delta_body(frame)
+                            if body is not None and parser is not None:
+                                text = text_of(body)
+                                if text is not None:
+                                    delta = parser.text(*text)
+                                    if delta is not None:
+                                        yield delta
+                                    continue
+                            event = event_of(body) if body is not None else None
+                            if event is None:
+                                event = await events._parse_event(frame.message())
+                            if not event:  # botocore skips what parses to nothing (an unknown event type)
+                                continue
+                            if parser is None:
                                 yield event
+                            else:
+                                for parsed in parser.feed(event):
+                                    yield parsed
+                    if parser is not None:
+                        yield parser.result()
                 finally:
                     stall.close()
             except Exception as exc:  # not GeneratorExit nor CancelledError: those just close

@@ -35,7 +35,7 @@ from botocore.eventstream import (
     MessagePrelude,
 )
 
-__all__ = ["Frame", "FrameDecoder", "fast_event"]
+__all__ = ["Frame", "FrameDecoder", "delta_body", "event_of", "fast_event", "text_of"]
 
 _PRELUDE = struct.Struct(">III")  # total length, headers length, CRC of the first 8 bytes
 _UINT16 = struct.Struct(">H")
@@ -186,8 +186,9 @@ _DELTAS: dict[str, Callable[[Any], dict[str, Any] | None]] = {
 }
 
 
-def fast_event(frame: Frame) -> dict[str, Any] | None:
-    """The per-token event as botocore would parse it; None for anything botocore should parse."""
+def delta_body(frame: Frame) -> dict[str, Any] | None:
+    """The decoded body of a ``contentBlockDelta`` event whose delta has one member; None for any
+    other frame (or anything odd in this one: botocore's parser judges those)."""
     headers = frame.headers
     if headers.get(":event-type") != "contentBlockDelta" or headers.get(":message-type") != "event":
         return None
@@ -200,7 +201,24 @@ def fast_event(frame: Frame) -> dict[str, Any] | None:
     delta = body.get("delta")
     if type(delta) is not dict or len(delta) != 1:
         return None  # a union holds one member; anything else is botocore's to judge
-    ((kind, value),) = delta.items()
+    return body
+
+
+def text_of(body: dict[str, Any]) -> tuple[int, str] | None:
+    """(block index, text) when :func:`delta_body` gave a text delta: the one event per token,
+    handed to the parser without the event dict built for it."""
+    text = body["delta"].get("text")
+    if type(text) is not str:
+        return None
+    index = body.get("contentBlockIndex", 0)
+    if type(index) is not int:
+        return None
+    return index, text
+
+
+def event_of(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The event botocore would parse out of a :func:`delta_body`; None if botocore should."""
+    ((kind, value),) = body["delta"].items()
     handler = _DELTAS.get(kind)
     parsed_delta = handler(value) if handler is not None else None
     if parsed_delta is None:
@@ -212,3 +230,9 @@ def fast_event(frame: Frame) -> dict[str, Any] | None:
             return None
         event["contentBlockIndex"] = index
     return {"contentBlockDelta": event}
+
+
+def fast_event(frame: Frame) -> dict[str, Any] | None:
+    """The per-token event as botocore would parse it; None for anything botocore should parse."""
+    body = delta_body(frame)
+    return None if body is None else event_of(body)

@@ -128,6 +128,17 @@ class BedrockStreamParser:
             emitted.extend(handler(payload if isinstance(payload, dict) else {}))
         return emitted
 
+    def text(self, index: int, text: str) -> TextDelta | None:
+        """Take one text delta of block ``index`` (what a ``contentBlockDelta`` with a text
+        carries, the one event per token); return the event to emit, if any."""
+        block = self._blocks.get(index)
+        if block is None:
+            block = self._blocks[index] = TextBlock()
+        if not isinstance(block, TextBlock) or block.closed or not text:
+            return None
+        block.parts.append(text)
+        return TextDelta(text=text, turn=self.turn)
+
     def text_so_far(self) -> str:
         """The answer's text received so far, for a turn that will not finish."""
         return "".join(
@@ -228,11 +239,8 @@ class BedrockStreamParser:
     def _on_text_delta(self, index: int, text: Any) -> list[Event]:
         if not isinstance(text, str):
             return []
-        block = self._blocks.setdefault(index, TextBlock())
-        if not isinstance(block, TextBlock) or block.closed or not text:
-            return []
-        block.parts.append(text)
-        return [TextDelta(text=text, turn=self.turn)]
+        event = self.text(index, text)
+        return [] if event is None else [event]
 
     def _on_tool_input_delta(self, index: int, value: Any) -> list[Event]:
         block = self._blocks.get(index)

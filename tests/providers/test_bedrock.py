@@ -280,9 +280,13 @@ async def test_a_body_that_stops_coming_times_out_after_the_headers(aiohttp_serv
     try:
         with pytest.raises(ProviderError) as caught:
             async with asyncio.timeout(5):  # a watch that never fires fails here, not by hanging
-                async for raw in provider.raw_stream(ModelRequest([{"role": "user", "content": [{"text": "hi"}]}])):
+                async for raw in provider.raw_stream(
+                    ModelRequest([{"role": "user", "content": [{"text": "hi"}]}])
+                ):
                     seen.extend(
-                        event.text for event in BedrockStreamParser().feed(raw) if isinstance(event, TextDelta)
+                        event.text
+                        for event in BedrockStreamParser().feed(raw)
+                        if isinstance(event, TextDelta)
                     )
                     go_on.set()
         assert caught.value.code == "read_timeout" and caught.value.retryable
