@@ -28,7 +28,7 @@ import contextlib
 import os
 import socket
 import threading
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterable
 from typing import Any
 
 import aiohttp
@@ -67,6 +67,11 @@ def _keepalive_socket(addr_info: Any) -> socket.socket:
     sock = socket.socket(family=family, type=type_, proto=proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
     return sock
+
+
+def _parsed(event: dict[str, Any], parser: BedrockStreamParser | None) -> Iterable[Any]:
+    """What a stream yields for one of botocore's events: the event, or its parser's events."""
+    return (event,) if parser is None else parser.feed(event)
 
 
 def _cache_user_agent(client: Any) -> None:
@@ -269,43 +274,14 @@ class BedrockProvider:
                 raw = getattr(events, "_raw_stream", None)
                 if not isinstance(raw, aiohttp.ClientResponse):  # not aiohttp: aiobotocore's own reader
                     async for event in events:
-                        if parser is None:
-                            yield event
-                        else:
-                            for parsed in parser.feed(event):
-                                yield parsed
-                    if parser is not None:
-                        yield parser.result()
-                    return
-                decoder = FrameDecoder()
-                stall = StallWatch(raw, self._read_timeout)
-                try:
-                    # Whatever one read brought, all its frames at once: one wake-up per read.
-                    while data := await raw.content.readany():
-                        stall.reads += 1
-                        for frame in decoder.feed(data):
-                            body = delta_body(frame)
-                            if body is not None and parser is not None:
-                                text = text_of(body)
-                                if text is not None:
-                                    delta = parser.text(*text)
-                                    if delta is not None:
-                                        yield delta
-                                    continue
-                            event = event_of(body) if body is not None else None
-                            if event is None:
-                                event = await events._parse_event(frame.message())
-                            if not event:  # botocore skips what parses to nothing (an unknown event type)
-                                continue
-                            if parser is None:
-                                yield event
-                            else:
-                                for parsed in parser.feed(event):
-                                    yield parsed
-                    if parser is not None:
-                        yield parser.result()
-                finally:
-                    stall.close()
+                        for item in _parsed(event, parser):
+                            yield item
+                else:
+                    async with contextlib.aclosing(self._frames(raw, events, parser)) as frames:
+                        async for item in frames:
+                            yield item
+                if parser is not None:
+                    yield parser.result()
             except Exception as exc:  # not GeneratorExit nor CancelledError: those just close
                 raise stream_error_from_exception(exc) from exc
         finally:
@@ -314,6 +290,34 @@ class BedrockProvider:
                 # the pool already and this does nothing).
                 events.close()
             self._closed()
+
+    async def _frames(
+        self, raw: aiohttp.ClientResponse, events: Any, parser: BedrockStreamParser | None
+    ) -> AsyncGenerator[Any, None]:
+        """The body read a socket read at a time: each read's frames at once (one wake-up per
+        read), a text delta straight to ``parser``, the rest through botocore's parser."""
+        decoder = FrameDecoder()
+        stall = StallWatch(raw, self._read_timeout)
+        try:
+            while data := await raw.content.readany():
+                stall.reads += 1
+                for frame in decoder.feed(data):
+                    body = delta_body(frame)
+                    if body is not None and parser is not None:
+                        text = text_of(body)
+                        if text is not None:
+                            delta = parser.text(*text)
+                            if delta is not None:
+                                yield delta
+                            continue
+                    event = event_of(body) if body is not None else None
+                    if event is None:
+                        event = await events._parse_event(frame.message())
+                    if event:  # botocore skips what parses to nothing (an unknown event type)
+                        for item in _parsed(event, parser):
+                            yield item
+        finally:
+            stall.close()
 
     def _opened(self) -> None:
         with self._idle:
