@@ -28,6 +28,14 @@ class Reader:
         self.subscription: AsyncIterator[list[LogEntry]] = log.subscribe(0, deliver=deliver, **options)
         self.task = asyncio.create_task(self._read())
 
+    @classmethod
+    async def waiting(cls, log: MemoryEventLog, take: Callable[[LogEntry], bool], **options: float) -> Reader:
+        """A reader subscribed and waiting for the next append (the log holds nothing yet)."""
+        reader = cls(log, take, **options)
+        await log.wait_subscribers(1)
+        await asyncio.sleep(0)  # one step: from subscribing to its wait, nothing to read on the way
+        return reader
+
     async def _read(self) -> None:
         async for batch in self.subscription:
             self.batches.append([entry.id for entry in batch])
@@ -50,9 +58,7 @@ def text(n: int) -> TextDelta:
 
 async def test_a_waiting_subscriber_takes_appends_without_waking() -> None:
     log = MemoryEventLog()
-    reader = Reader(log, lambda entry: True)
-    await log.wait_subscribers(1)
-    await asyncio.sleep(0)  # the reader reaches its wait (nothing is kept yet)
+    reader = await Reader.waiting(log, lambda entry: True)
     for n in range(1, 4):
         await log.append(text(n))
     assert reader.taken == [1, 2, 3]  # each on the appending task, before append returned
@@ -63,9 +69,7 @@ async def test_a_waiting_subscriber_takes_appends_without_waking() -> None:
 async def test_a_declined_entry_and_those_after_it_come_as_one_batch_in_order() -> None:
     log = MemoryEventLog()
     refuse = {2}
-    reader = Reader(log, lambda entry: entry.id not in refuse)
-    await log.wait_subscribers(1)
-    await asyncio.sleep(0)
+    reader = await Reader.waiting(log, lambda entry: entry.id not in refuse)
     await log.append(text(1))
     await log.append(text(2))  # declined: the reader is woken
     await log.append(text(3))  # not offered: the reader has not caught up yet
@@ -82,9 +86,7 @@ async def test_a_deliver_that_raises_is_a_decline_and_the_append_goes_on() -> No
     def broken(entry: LogEntry) -> bool:
         raise RuntimeError("a transport's bug")
 
-    reader = Reader(log, broken)
-    await log.wait_subscribers(1)
-    await asyncio.sleep(0)
+    reader = await Reader.waiting(log, broken)
     entry = await log.append(text(1))
     assert entry.id == 1 and await log.last_id() == 1
     assert await reader.next_batch() == [1]
@@ -93,9 +95,7 @@ async def test_a_deliver_that_raises_is_a_decline_and_the_append_goes_on() -> No
 
 async def test_close_wakes_a_waiting_subscriber_and_ends_it() -> None:
     log = MemoryEventLog()
-    reader = Reader(log, lambda entry: True)
-    await log.wait_subscribers(1)
-    await asyncio.sleep(0)
+    reader = await Reader.waiting(log, lambda entry: True)
     await log.append(text(1))
     await log.close()
     await asyncio.wait_for(reader.task, 1)
@@ -106,9 +106,7 @@ async def test_what_deliver_takes_restarts_the_idle_period() -> None:
     """A keep-alive comes after ``idle_timeout`` without news; entries taken by deliver are news,
     so appends more often than that keep it away, and it comes once they stop."""
     log = MemoryEventLog()
-    reader = Reader(log, lambda entry: True, idle_timeout=0.3)
-    await log.wait_subscribers(1)
-    await asyncio.sleep(0)
+    reader = await Reader.waiting(log, lambda entry: True, idle_timeout=0.3)
     appended = 0
 
     async def append_for_twice_the_idle_period() -> None:
@@ -128,9 +126,7 @@ async def test_what_deliver_takes_restarts_the_idle_period() -> None:
 
 async def test_an_unsubscribed_reader_is_forgotten() -> None:
     log = MemoryEventLog()
-    reader = Reader(log, lambda entry: True)
-    await log.wait_subscribers(1)
-    await asyncio.sleep(0)
+    reader = await Reader.waiting(log, lambda entry: True)
     await reader.stop()
     await log.append(text(1))
     assert reader.taken == []
