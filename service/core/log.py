@@ -195,12 +195,12 @@ class MemoryEventLog(EventLog):
 
     def _deliver(self, entry: LogEntry) -> None:
         """Hand ``entry`` to each waiting ``deliver``; wake those that decline it."""
-        declined = None
+        declined: list[_Direct] = []
         before = entry.id - 1
         for direct in self._direct:
             if direct.cursor != before or not direct.take(entry):
                 direct.wake()
-                declined = [*(declined or ()), direct]
+                declined.append(direct)
         if declined:
             self._direct = [direct for direct in self._direct if direct not in declined]
 

@@ -112,6 +112,13 @@ async def _agent_stream(
 UNTIMED_WRITE_BYTES = 32 * 1024
 
 
+def _cannot_wait(request: web.Request, payload: bytes) -> bool:
+    """True when writing ``payload`` cannot wait for the socket: its buffer, with it, stays under
+    :data:`UNTIMED_WRITE_BYTES`."""
+    transport = request.transport
+    return transport is not None and transport.get_write_buffer_size() + len(payload) < UNTIMED_WRITE_BYTES
+
+
 def write_now(request: web.Request, response: web.StreamResponse, payload: bytes) -> bool:
     """Write ``payload`` at once, without waiting, if the socket can take it: False if not.
 
@@ -123,11 +130,7 @@ def write_now(request: web.Request, response: web.StreamResponse, payload: bytes
     :func:`write_blocks`.
     """
     transport = request.transport
-    if (
-        transport is None
-        or transport.is_closing()
-        or transport.get_write_buffer_size() + len(payload) >= UNTIMED_WRITE_BYTES
-    ):
+    if transport is None or transport.is_closing() or not _cannot_wait(request, payload):
         return False
     write = response.write(payload)
     try:
@@ -153,8 +156,7 @@ async def write_blocks(
     high-water mark, 64 KiB), so no timer is armed; a client that stops reading fills the buffer
     and then meets the timeout.
     """
-    transport = request.transport
-    if transport is not None and transport.get_write_buffer_size() + len(payload) < UNTIMED_WRITE_BYTES:
+    if _cannot_wait(request, payload):
         await response.write(payload)
         return
     try:
