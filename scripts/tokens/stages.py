@@ -6,9 +6,13 @@ processes (Redis, the emulator) are not counted. Each stage runs ``repeats`` tim
 tokens; the figure is the median.
 
 - ``decode.bedrock``: the recorded ConverseStream body, one event-stream frame per read, through
-  botocore's event-stream decoder and response parser (what boto3 and aiobotocore run) to the
-  event dicts the provider hands its parser;
+  the provider's own read loop (``BedrockProvider._frames``: its frame decoder, and botocore's
+  parser for what the decoder leaves to it) to the event dicts botocore would give (what
+  ``raw_stream`` yields); a tree before d780f78 is measured on botocore's decoder, which it ran;
 - ``parse.bedrock``: those dicts through ``BedrockStreamParser`` to canonical events;
+- ``read.bedrock``: the body through the provider's read loop with its parser, as a turn reads
+  it: since 89119d6 a text delta goes from its frame to the parser without the event dict (in a
+  tree before d780f78, ``decode.bedrock`` plus ``parse.bedrock``);
 - ``parse.openai``: the recorded chat-completions body, one SSE event per read, through
   ``SSELineReader``, ``decode_data`` and ``OpenAIStreamParser``;
 - ``event``: making the canonical ``TextDelta`` alone (it is part of both parse figures);
@@ -33,6 +37,7 @@ import socket
 import statistics
 import threading
 import time
+import types
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -71,20 +76,99 @@ def bedrock_decoder(frames: list[bytes]) -> Callable[[], list[dict[str, Any]]]:
     return lambda: list(EventStream(Body(), shape, parser, "ConverseStream"))
 
 
+class _Body:
+    """A response body read as the provider reads it (``readany``), one recorded read at a time."""
+
+    def __init__(self, reads: list[bytes]) -> None:
+        self._reads = iter(reads)
+
+    async def readany(self) -> bytes:
+        return next(self._reads, b"")
+
+
+class _Response:
+    """What the provider's read loop takes of aiohttp's response: the body, no connection left
+    (the whole body is in, so no stall watch is armed)."""
+
+    connection = None
+
+    def __init__(self, reads: list[bytes]) -> None:
+        self.content = _Body(reads)
+
+
+class _BotocoreEvents:
+    """The botocore parsing the read loop falls back on (``_parse_event``), synchronous here."""
+
+    def __init__(self) -> None:
+        import botocore.session
+        from botocore.eventstream import EventStream
+        from botocore.parsers import EventStreamJSONParser
+
+        model = botocore.session.get_session().get_service_model("bedrock-runtime")
+        shape = model.operation_model("ConverseStream").output_shape.members["stream"]
+        self._stream = EventStream(None, shape, EventStreamJSONParser(), "ConverseStream")
+
+    async def _parse_event(self, message: Any) -> Any:
+        return self._stream._parse_event(message)
+
+
+def provider_reader(frames: list[bytes]) -> Callable[[Any], Awaitable[list[Any]]] | None:
+    """The tree's Bedrock read loop over ``frames`` (one per read), with or without a parser;
+    None for a tree whose provider has no such loop."""
+    from service.providers import bedrock_events
+    from service.providers.bedrock import BedrockProvider
+
+    events = _BotocoreEvents()
+    loop = getattr(BedrockProvider, "_frames", None)
+    if loop is None:
+        if not hasattr(bedrock_events, "fast_event"):
+            return None
+
+        # Trees from d780f78 until 4ccf101 gave the loop its own method ran it inline in
+        # ``stream``: each read's frames, the per-token ones decoded here, the rest by botocore,
+        # every event to the parser (89119d6 already passed text deltas on without the dict).
+        async def loop(_: Any, response: _Response, events: Any, parser: Any) -> AsyncIterator[Any]:
+            decoder = bedrock_events.FrameDecoder()
+            while data := await response.content.readany():
+                for frame in decoder.feed(data):
+                    event = bedrock_events.fast_event(frame) or await events._parse_event(frame.message())
+                    if event:
+                        for item in (event,) if parser is None else parser.feed(event):
+                            yield item
+
+    provider = types.SimpleNamespace(_read_timeout=None)
+
+    async def read(parser: Any) -> list[Any]:
+        return [item async for item in loop(provider, _Response(frames), events, parser)]
+
+    return read
+
+
 def parse_stages(streams: dict[str, bytes]) -> dict[str, Stage]:
-    """decode.bedrock, parse.bedrock, parse.openai and event."""
+    """decode.bedrock, parse.bedrock, read.bedrock, parse.openai and event."""
     from service.core.events import TextDelta
     from service.providers.bedrock_stream import BedrockStreamParser
     from service.providers.openai_stream import OpenAIStreamParser, SSELineReader, decode_data
 
-    decode = bedrock_decoder(event_stream_frames(streams["bedrock"]))
-    dicts = decode()
+    frames = event_stream_frames(streams["bedrock"])
+    botocore_decode = bedrock_decoder(frames)
+    dicts = botocore_decode()
     texts = [event.text for item in dicts for event in BedrockStreamParser().feed(item)]
     openai_reads = sse_frames(streams["openai"])
+    reader = provider_reader(frames)
 
     async def decode_bedrock() -> int:
-        decode()
+        if reader is None:
+            botocore_decode()
+        else:
+            await reader(None)
         return len(texts)
+
+    async def read_bedrock() -> int:
+        parser = BedrockStreamParser()
+        count = sum(isinstance(item, TextDelta) for item in await reader(parser))  # type: ignore[misc]
+        parser.result()
+        return count
 
     async def parse_bedrock() -> int:
         parser = BedrockStreamParser()
@@ -107,12 +191,15 @@ def parse_stages(streams: dict[str, bytes]) -> dict[str, Stage]:
             TextDelta(text=text, turn=1)
         return len(texts)
 
-    return {
+    stages = {
         "decode.bedrock": decode_bedrock,
         "parse.bedrock": parse_bedrock,
         "parse.openai": parse_openai,
         "event": event,
     }
+    if reader is not None:
+        stages["read.bedrock"] = read_bedrock
+    return stages
 
 
 # -- log and run ----------------------------------------------------------------------------------
