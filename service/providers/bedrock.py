@@ -36,6 +36,7 @@ from aiobotocore.config import AioConfig
 from aiobotocore.session import AioSession
 from botocore.context import get_context
 
+from service.core.burst import Burst
 from service.core.events import Event
 from service.errors import ProviderError
 from service.providers.admission import Admission
@@ -295,27 +296,34 @@ class BedrockProvider:
         self, raw: aiohttp.ClientResponse, events: Any, parser: BedrockStreamParser | None
     ) -> AsyncGenerator[Any, None]:
         """The body read a socket read at a time: each read's frames at once (one wake-up per
-        read), a text delta straight to ``parser``, the rest through botocore's parser."""
+        read, and a :class:`~service.core.burst.Burst` around them when there are several), a
+        text delta straight to ``parser``, the rest through botocore's parser."""
         decoder = FrameDecoder()
         stall = StallWatch(raw, self._read_timeout)
         try:
             while data := await raw.content.readany():
                 stall.reads += 1
-                for frame in decoder.feed(data):
-                    body = delta_body(frame)
-                    if body is not None and parser is not None:
-                        text = text_of(body)
-                        if text is not None:
-                            delta = parser.text(*text)
-                            if delta is not None:
-                                yield delta
-                            continue
-                    event = event_of(body) if body is not None else None
-                    if event is None:
-                        event = await events._parse_event(frame.message())
-                    if event:  # botocore skips what parses to nothing (an unknown event type)
-                        for item in _parsed(event, parser):
-                            yield item
+                frames = decoder.feed(data)
+                burst = Burst() if len(frames) > 1 else None
+                try:
+                    for frame in frames:
+                        body = delta_body(frame)
+                        if body is not None and parser is not None:
+                            text = text_of(body)
+                            if text is not None:
+                                delta = parser.text(*text)
+                                if delta is not None:
+                                    yield delta
+                                continue
+                        event = event_of(body) if body is not None else None
+                        if event is None:
+                            event = await events._parse_event(frame.message())
+                        if event:  # botocore skips what parses to nothing (an unknown event type)
+                            for item in _parsed(event, parser):
+                                yield item
+                finally:
+                    if burst is not None:
+                        burst.end()
         finally:
             stall.close()
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import aiohttp
 
+from service.core.burst import Burst
 from service.core.events import Event
 from service.errors import ProviderError
 from service.providers import upstream_json
@@ -309,14 +310,21 @@ class OpenAIProvider:
                         reader = SSELineReader()
                         async for data in response.content.iter_any():
                             got_body = True
-                            for line in reader.feed(data):
-                                chunk = decode_data(line)
-                                if chunk is None:
-                                    continue
-                                yield chunk
-                                if chunk == DONE:
-                                    complete = True
-                                    return
+                            lines = reader.feed(data)
+                            # Several chunks in one read: what subscribers write for them goes at once.
+                            burst = Burst() if len(lines) > 1 else None
+                            try:
+                                for line in lines:
+                                    chunk = decode_data(line)
+                                    if chunk is None:
+                                        continue
+                                    yield chunk
+                                    if chunk == DONE:
+                                        complete = True
+                                        return
+                            finally:
+                                if burst is not None:
+                                    burst.end()
                         for line in reader.close():
                             chunk = decode_data(line)
                             if chunk is not None:
