@@ -19,6 +19,7 @@ from service.agent.calculator import builtin_tools
 from service.agent.loop import AgentLoop
 from service.agent.tools import Tool, ToolExecutor
 from service.config import Settings, load_settings
+from service.core.admission import Admission
 from service.core.approvals import ApprovalDesk
 from service.core.durable import DurableSessionStore
 from service.core.log import MemoryEventLog
@@ -42,6 +43,7 @@ from service.transports import (
     ws,
 )
 from service.transports import sessions as session_routes
+from service.transports.admission import PER_TURN, REQUEST_ADMISSION, admission_middleware
 from service.transports.context import CONTEXT, Context, Health
 from service.transports.middleware import error_middleware
 from service.transports.quotas import QUOTAS, Quotas, quota_middleware
@@ -276,11 +278,13 @@ def create_app(
     app = web.Application(
         client_max_size=settings.max_request_bytes,
         middlewares=[
+            admission_middleware,
             error_middleware,
             auth.access_middleware,
             quota_middleware,
         ],
     )
+    app[REQUEST_ADMISSION] = Admission(PER_TURN)
     app[SERVICES] = services
     app[CONTEXT] = services
     services.health["store"] = _store_probe(services)

@@ -61,13 +61,17 @@ async def tune_gc(app: web.Application) -> None:
     """
     gc.collect()
     gc.freeze()
-    # Young collections 14x rarer than the default (700): under load each full collection
+    # Young collections 7x rarer than the default (700): under load each full collection
     # otherwise lands mid-stream every second or so (scripts/bench_concurrency.py --compare-gc).
-    # Full collections keep the default ratio to young ones: what clients leave behind when they
-    # drop (exceptions, tracebacks, closed connections) is cyclic garbage, and with full
-    # collections 10x rarer still (the first tuning) a 10-minute soak with 2,000 dropping streams
-    # grew the heap from 255 to 538 MiB before it levelled (scripts/soak.py).
-    gc.set_threshold(10_000, 10, 10)
+    # The middle generation is collected at every second young collection, not every tenth: what
+    # a run keeps per token (its log entry, the event) survives the young collections, and a
+    # middle one over ten of them walked it all at once, a pause of 15-40 ms at 200 paced runs
+    # (5-7 ms this way, for the same total; gc.callbacks, docs/benchmarks.md). Full collections
+    # come after as many allocations as before (5,000 x 2 x 100 = 10,000 x 10 x 10): what clients
+    # leave behind when they drop (exceptions, tracebacks, closed connections) is cyclic garbage,
+    # and with full collections 10x rarer (the first tuning) a 10-minute soak with 2,000 dropping
+    # streams grew the heap from 255 to 538 MiB before it levelled (scripts/soak.py).
+    gc.set_threshold(5_000, 2, 100)
 
 
 def _app_and_options(settings: Settings) -> tuple[web.Application, dict[str, Any]]:

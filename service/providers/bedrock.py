@@ -36,10 +36,10 @@ from aiobotocore.config import AioConfig
 from aiobotocore.session import AioSession
 from botocore.context import get_context
 
+from service.core.admission import Admission
 from service.core.burst import Burst
 from service.core.events import Event
 from service.errors import ProviderError
-from service.providers.admission import Admission
 from service.providers.base import ModelRequest, TurnResult, alternate_roles
 from service.providers.bedrock_events import FrameDecoder, delta_body, event_of, text_of
 from service.providers.bedrock_stream import BedrockStreamParser, stream_error_from_exception

@@ -28,11 +28,11 @@ from typing import Any
 
 import aiohttp
 
+from service.core.admission import Admission
 from service.core.burst import Burst
 from service.core.events import Event
 from service.errors import ProviderError
 from service.providers import upstream_json
-from service.providers.admission import Admission
 from service.providers.base import ModelRequest, TurnResult, parse_stream
 from service.providers.openai_stream import DONE, OpenAIStreamParser, SSELineReader, decode_data
 

@@ -43,7 +43,8 @@ from service.transports.openai_dialect import (
     to_query,
 )
 from service.transports.openai_types import ChatCompletionRequest, ChatModel
-from service.transports.sse import event_stream, write_blocks
+from service.transports.sse import event_stream
+from service.transports.sse_writes import write_blocks
 
 PREFIX = "/v1/"
 DONE_BLOCK = f"data: [DONE]{dialects.SSE_SEP}{dialects.SSE_SEP}".encode()

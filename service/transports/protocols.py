@@ -41,7 +41,8 @@ from service.transports.context import Context, context_of, session_of
 from service.transports.follow import Ending, Follower, Stop
 from service.transports.inputs import ApprovalAnswer, check_length, read_json
 from service.transports.middleware import json_error
-from service.transports.sse import event_stream, last_event_id, write_blocks
+from service.transports.sse import event_stream, last_event_id
+from service.transports.sse_writes import write_blocks
 
 CLIENT_ID_RULE = "1 to 128 of A-Z, a-z, 0-9, _ and -"
 

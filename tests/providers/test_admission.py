@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from service.providers.admission import Admission
+from service.core.admission import Admission
 
 
 async def _turns_of(admission: Admission, callers: int) -> tuple[list[int], list[int]]:

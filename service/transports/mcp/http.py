@@ -35,7 +35,8 @@ from service.transports.mcp.session import (
 )
 from service.transports.middleware import error_response
 from service.transports.pump import write_until_closed
-from service.transports.sse import event_stream, write_blocks
+from service.transports.sse import event_stream
+from service.transports.sse_writes import write_blocks
 
 log = logging.getLogger(__name__)
 

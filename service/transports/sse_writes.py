@@ -1,0 +1,138 @@
+"""Writing to an SSE response from the task that appends to a log, and in batches from the
+handler's own: without waiting while the socket can take the bytes, with aiohttp-sse's timeout
+once it cannot, and during a :class:`~service.core.burst.Burst` one write for all its tokens."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any
+
+from aiohttp import web
+from aiohttp_sse import EventSourceResponse
+
+from service.core.burst import Burst, current_burst
+
+
+class BurstResponse(EventSourceResponse):
+    """aiohttp-sse's response, able to hold what :func:`write_now` writes during a
+    :class:`~service.core.burst.Burst` (the tokens of one upstream read) and send it in one write
+    when the burst ends. Any other write sends what is held first, so the order stays whoever
+    writes next (the handler's own task, aiohttp-sse's ping)."""
+
+    _held: list[bytes] | None = None
+    held_size = 0
+
+    def hold(self, request: web.Request, payload: bytes, burst: Burst) -> None:
+        """Keep ``payload`` until ``burst`` ends (or the next write, if that comes first)."""
+        held = self._held
+        if held is None:
+            held = self._held = []
+        if not held:
+            burst.on_end(lambda: self._flush_held(request))
+        held.append(payload)
+        self.held_size += len(payload)
+
+    def _take_held(self) -> bytes:
+        held = self._held or []
+        data = held[0] if len(held) == 1 else b"".join(held)
+        held.clear()
+        self.held_size = 0
+        return data
+
+    def _flush_held(self, request: web.Request) -> None:
+        if self._held:
+            _write_at_once(request, self, self._take_held())
+
+    def write(self, data: bytes) -> Coroutine[Any, Any, None]:  # type: ignore[override]
+        # aiohttp's own coroutine, not one more around it: this is per token.
+        if self._held:
+            data = self._take_held() + data
+        return super().write(data)
+
+    async def write_eof(self, data: bytes = b"") -> None:
+        if self._held:
+            data = self._take_held() + data
+        await super().write_eof(data)
+
+
+UNTIMED_WRITE_BYTES = 32 * 1024
+
+
+def _cannot_wait(request: web.Request, size: int) -> bool:
+    """True when writing ``size`` bytes cannot wait for the socket: its buffer, with them, stays
+    under :data:`UNTIMED_WRITE_BYTES`."""
+    transport = request.transport
+    return transport is not None and transport.get_write_buffer_size() + size < UNTIMED_WRITE_BYTES
+
+
+def write_now(request: web.Request, response: web.StreamResponse, payload: bytes) -> bool:
+    """Write ``payload`` at once, without waiting, if the socket can take it: False if not.
+
+    This is what a :data:`~service.core.log.Deliver` writes with, on the task that appends. With
+    the socket's buffer under :data:`UNTIMED_WRITE_BYTES` (half the transport's high-water mark)
+    aiohttp's ``write`` hands the bytes to the transport and returns without suspending, so it
+    is run to its end here rather than awaited. During a :class:`~service.core.burst.Burst` (the
+    tokens of one upstream read) a :class:`BurstResponse` holds the bytes instead and writes them
+    all when the burst ends. A write refused (a closing socket, a backlog) writes nothing: the
+    handler's own task then writes it, with the timeout and errors of :func:`write_blocks`.
+    """
+    transport = request.transport
+    if transport is None or transport.is_closing():
+        return False
+    burst = current_burst()
+    if burst is not None and isinstance(response, BurstResponse):
+        if not _cannot_wait(request, response.held_size + len(payload)):
+            return False
+        response.hold(request, payload, burst)
+        return True
+    if not _cannot_wait(request, len(payload)):
+        return False
+    return _write_at_once(request, response, payload)
+
+
+def _write_at_once(request: web.Request, response: web.StreamResponse, payload: bytes) -> bool:
+    """Hand ``payload`` to the transport without waiting (see :func:`write_now`); False if nothing
+    was written."""
+    transport = request.transport
+    if transport is None or transport.is_closing():
+        return False
+    write = response.write(payload)
+    try:
+        write.send(None)
+    except StopIteration:
+        return True
+    except Exception:
+        return False  # nothing was written (the response ended, say): the handler meets it too
+    # It stopped to wait for the socket to drain, after handing the bytes over: they are out, and
+    # the handler's next write waits for the drain instead.
+    write.close()
+    return True
+
+
+async def write_blocks(
+    request: web.Request, response: EventSourceResponse, payload: bytes, timeout: float
+) -> None:
+    """Write several SSE blocks at once, with aiohttp-sse's rules for a client that stalls.
+
+    One write per batch of events instead of one per event: a batch costs a subscriber one
+    syscall at most, which is what lets one process feed thousands of them. While the socket's
+    buffer is nearly empty the write cannot wait (asyncio pauses a writer only past its buffer's
+    high-water mark, 64 KiB), so no timer is armed; a client that stops reading fills the buffer
+    and then meets the timeout.
+    """
+    if _cannot_wait(request, len(payload)):
+        await response.write(payload)
+        return
+    try:
+        async with asyncio.timeout(timeout):
+            await response.write(payload)
+    except ConnectionResetError:
+        response.stop_streaming()
+        raise
+    except TimeoutError:
+        # A stalled peer never drains the buffer; abort rather than wait on a graceful close.
+        response.stop_streaming()
+        if request.transport is not None:
+            request.transport.abort()
+        raise
