@@ -59,21 +59,28 @@ async def timed(stage: Stage, repeats: int) -> float:
 # -- parse ----------------------------------------------------------------------------------------
 
 
-def bedrock_decoder(frames: list[bytes]) -> Callable[[], list[dict[str, Any]]]:
-    """botocore's decoding of a ConverseStream body (read frame by frame) into event dicts."""
-    import botocore.parsers
+def botocore_streams() -> Callable[[Any], Any]:
+    """A maker of botocore's EventStream for ConverseStream over a body (something with
+    ``stream()``), the service model read once."""
     import botocore.session
     from botocore.eventstream import EventStream
+    from botocore.parsers import EventStreamJSONParser
 
     model = botocore.session.get_session().get_service_model("bedrock-runtime")
     shape = model.operation_model("ConverseStream").output_shape.members["stream"]
-    parser = botocore.parsers.EventStreamJSONParser()
+    parser = EventStreamJSONParser()
+    return lambda body: EventStream(body, shape, parser, "ConverseStream")
+
+
+def bedrock_decoder(frames: list[bytes]) -> Callable[[], list[dict[str, Any]]]:
+    """botocore's decoding of a ConverseStream body (read frame by frame) into event dicts."""
+    stream = botocore_streams()
 
     class Body:
         def stream(self) -> Any:
             return iter(frames)
 
-    return lambda: list(EventStream(Body(), shape, parser, "ConverseStream"))
+    return lambda: list(stream(Body()))
 
 
 class _Body:
@@ -100,13 +107,7 @@ class _BotocoreEvents:
     """The botocore parsing the read loop falls back on (``_parse_event``), synchronous here."""
 
     def __init__(self) -> None:
-        import botocore.session
-        from botocore.eventstream import EventStream
-        from botocore.parsers import EventStreamJSONParser
-
-        model = botocore.session.get_session().get_service_model("bedrock-runtime")
-        shape = model.operation_model("ConverseStream").output_shape.members["stream"]
-        self._stream = EventStream(None, shape, EventStreamJSONParser(), "ConverseStream")
+        self._stream = botocore_streams()(None)
 
     async def _parse_event(self, message: Any) -> Any:
         return self._stream._parse_event(message)

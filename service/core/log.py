@@ -96,6 +96,11 @@ class EventLog(abc.ABC):
         """Store ``events`` under the next ids, in order, as :meth:`append` does each."""
         return [await self.append(event, fence=fence) for event in events]
 
+    def synchronous_append(self) -> Callable[[Event], LogEntry] | None:
+        """:meth:`append` as a plain function, for a log whose append never waits (a run appends
+        per token, and a coroutine per token costs); None for any other log."""
+        return None
+
     def resume_after(self, last_id: int) -> None:
         """Continue a log kept elsewhere: the next append gets ``last_id + 1``, and the ids up to
         ``last_id`` count as purged. Only on a log nothing was appended to yet."""
@@ -178,6 +183,10 @@ class MemoryEventLog(EventLog):
 
     async def append(self, event: Event, *, fence: str | None = None) -> LogEntry:
         return self.append_now(event)
+
+    def synchronous_append(self) -> Callable[[Event], LogEntry] | None:
+        # Not for a subclass whose append does more than this one's.
+        return self.append_now if type(self).append is MemoryEventLog.append else None
 
     def append_now(self, event: Event) -> LogEntry:
         """:meth:`append`, without a coroutine: nothing here waits (a run appends per token)."""

@@ -37,7 +37,6 @@ from service.core.events import (
     Usage,
     is_terminal,
 )
-from service.core.log import MemoryEventLog
 from service.core.options import RunOptions
 from service.core.run_parts import Agent, NoGate, NoObserver, RunGate, RunObserver
 from service.core.sessions import (
@@ -346,10 +345,7 @@ class RunManager:
             if event_log.round_trips
             else None
         )
-        # A log in this process takes each event without a coroutine (this is per token); not one
-        # whose append does more than the memory log's.
-        memory = isinstance(event_log, MemoryEventLog) and type(event_log).append is MemoryEventLog.append
-        append_now = event_log.append_now if memory else None
+        append_now = event_log.synchronous_append()  # per token: no coroutine where none is needed
         try:
             async for event in self._agent_events(run, committer):
                 run.taken += 1

@@ -42,7 +42,10 @@ class BurstResponse(EventSourceResponse):
 
     def _flush_held(self, request: web.Request) -> None:
         if self._held:
-            _write_at_once(request, self, self._take_held())
+            data = self._take_held()
+            transport = request.transport
+            if transport is not None and not transport.is_closing():  # else the client is gone
+                _hand_over(self, data)
 
     def write(self, data: bytes) -> Coroutine[Any, Any, None]:  # type: ignore[override]
         # aiohttp's own coroutine, not one more around it: this is per token.
@@ -80,23 +83,21 @@ def write_now(request: web.Request, response: web.StreamResponse, payload: bytes
     transport = request.transport
     if transport is None or transport.is_closing():
         return False
+    room = UNTIMED_WRITE_BYTES - transport.get_write_buffer_size() - len(payload)
     burst = current_burst()
     if burst is not None and isinstance(response, BurstResponse):
-        if not _cannot_wait(request, response.held_size + len(payload)):
+        if response.held_size >= room:
             return False
         response.hold(request, payload, burst)
         return True
-    if not _cannot_wait(request, len(payload)):
+    if room <= 0:
         return False
-    return _write_at_once(request, response, payload)
+    return _hand_over(response, payload)
 
 
-def _write_at_once(request: web.Request, response: web.StreamResponse, payload: bytes) -> bool:
-    """Hand ``payload`` to the transport without waiting (see :func:`write_now`); False if nothing
-    was written."""
-    transport = request.transport
-    if transport is None or transport.is_closing():
-        return False
+def _hand_over(response: web.StreamResponse, payload: bytes) -> bool:
+    """Hand ``payload`` to an open transport without waiting (see :func:`write_now`); False if
+    nothing was written."""
     write = response.write(payload)
     try:
         write.send(None)
