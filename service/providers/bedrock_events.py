@@ -11,7 +11,10 @@ offsets into that read (no copy of the rest per frame), checks both CRCs as boto
 reads the string headers Bedrock sends in one pass. :func:`fast_event` turns the one event that
 comes per token, ``contentBlockDelta`` with a text, tool-input or reasoning-text delta, into the
 dict botocore's parser would give (same members, unknown keys such as Bedrock's ``p`` padding
-dropped). Everything else (message start and stop, metadata, exceptions, deltas of other kinds,
+dropped). :func:`plain_event` does the same for the few other events of every answer (message
+start and stop, block start and stop, metadata), whose members botocore's JSON parser only copies:
+what to copy is read from botocore's own model of the stream, once. Everything else (exceptions,
+deltas of other kinds, members botocore converts such as blobs, timestamps, lists and unions,
 anything malformed) goes through botocore's own parser, so that errors, blobs and unknown union
 members behave exactly as before; tests/providers/test_bedrock_events.py checks both against
 botocore.
@@ -19,6 +22,7 @@ botocore.
 
 from __future__ import annotations
 
+import functools
 import json
 import struct
 import zlib
@@ -35,7 +39,7 @@ from botocore.eventstream import (
     MessagePrelude,
 )
 
-__all__ = ["Frame", "FrameDecoder", "delta_body", "event_of", "fast_event", "text_of"]
+__all__ = ["Frame", "FrameDecoder", "delta_body", "event_of", "fast_event", "plain_event", "text_of"]
 
 _PRELUDE = struct.Struct(">III")  # total length, headers length, CRC of the first 8 bytes
 _UINT16 = struct.Struct(">H")
@@ -236,3 +240,85 @@ def fast_event(frame: Frame) -> dict[str, Any] | None:
     """The per-token event as botocore would parse it; None for anything botocore should parse."""
     body = delta_body(frame)
     return None if body is None else event_of(body)
+
+
+# -- the other events of every answer ------------------------------------------------------------
+
+# How botocore's JSON parser reads a value of one shape, where that is only copying: _AS_IS for a
+# value it returns as it is (strings, integers, booleans, documents), a {wire name: (member name,
+# plan)} dict for a structure, _REFUSE for anything it converts or checks (blobs, timestamps,
+# lists, maps, unions), which then goes to botocore's parser whole.
+_AS_IS = "as-is"
+_REFUSE = "refuse"
+_Plan = Any
+_COPIED = frozenset({"string", "integer", "long", "boolean"})
+
+
+def _plan(shape: Any) -> _Plan:
+    if shape.type_name == "structure":
+        if shape.is_document_type:
+            return _AS_IS
+        if shape.is_tagged_union:
+            return _REFUSE
+        return {
+            member.serialization.get("name", name): (name, _plan(member))
+            for name, member in shape.members.items()
+        }
+    return _AS_IS if shape.type_name in _COPIED else _REFUSE
+
+
+@functools.cache
+def _plans() -> dict[str, _Plan]:
+    """A plan per event of ConverseStream's stream whose members all come from its JSON body
+    (none in the headers, no payload member), by botocore's model; deltas have their own path."""
+    from botocore.session import get_session
+
+    stream = (
+        get_session()
+        .get_service_model("bedrock-runtime")
+        .operation_model("ConverseStream")
+        .output_shape.members["stream"]
+    )
+    plans = {}
+    for name, shape in stream.members.items():
+        if name == "contentBlockDelta" or not shape.serialization.get("event"):
+            continue  # the deltas have their own path; exceptions are botocore's to raise
+        members = shape.members.values()
+        if any(m.serialization.get("eventheader") or m.serialization.get("eventpayload") for m in members):
+            continue
+        plans[name] = _plan(shape)
+    return plans
+
+
+class _Slow(Exception):
+    """A value botocore's parser has to read itself."""
+
+
+def _copy(plan: _Plan, value: Any) -> Any:
+    if plan is _AS_IS:
+        return value
+    if plan is _REFUSE or type(value) is not dict:
+        raise _Slow
+    parsed = {}
+    for wire_name, (name, member_plan) in plan.items():
+        raw = value.get(wire_name)
+        if raw is not None:  # botocore leaves out a member that is null or absent
+            parsed[name] = _copy(member_plan, raw)
+    return parsed
+
+
+def plain_event(frame: Frame) -> dict[str, Any] | None:
+    """A message or block start or stop, or the metadata, as botocore would parse it; None for any
+    other frame, or for anything in this one that botocore's parser should judge."""
+    headers = frame.headers
+    if headers.get(":message-type") != "event":
+        return None
+    kind = headers.get(":event-type")
+    plan = _plans().get(kind)  # type: ignore[arg-type]
+    if plan is None:
+        return None
+    try:
+        body = json.loads(frame.payload.decode("utf-8"))  # as botocore decodes, BOM and all
+        return {kind: _copy(plan, body)}  # type: ignore[dict-item]
+    except (ValueError, RecursionError, _Slow):
+        return None

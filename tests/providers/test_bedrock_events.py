@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service.emulator.eventstream import encode_event, encode_exception, encode_message
-from service.providers.bedrock_events import Frame, FrameDecoder, fast_event
+from service.providers.bedrock_events import Frame, FrameDecoder, fast_event, plain_event
 
 STREAM_SHAPE = (
     botocore.session.get_session()
@@ -258,3 +258,115 @@ def test_a_long_stream_of_deltas_parses_as_botocore_parses_it() -> None:
     frames = FrameDecoder().feed(data)
     assert [fast_event(f) for f in frames] == [botocore_event(f) for f in frames]
     assert [e["contentBlockDelta"]["delta"]["text"] for e in map(fast_event, frames) if e] == texts
+
+
+# -- the other events of every answer -------------------------------------------------------------
+
+usage_values = st.integers(min_value=0, max_value=10**9) | json_values
+plain_bodies = st.one_of(
+    st.tuples(
+        st.just("messageStart"),
+        st.fixed_dictionaries({}, optional={"role": st.sampled_from(["assistant", "user"]) | json_values}),
+    ),
+    st.tuples(
+        st.just("contentBlockStop"),
+        st.fixed_dictionaries({}, optional={"contentBlockIndex": st.integers(0, 9) | json_values}),
+    ),
+    st.tuples(
+        st.just("contentBlockStart"),
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "contentBlockIndex": st.integers(0, 9),
+                "start": st.just({"toolUse": {"toolUseId": "t1", "name": "calc"}}) | json_values,
+            },
+        ),
+    ),
+    st.tuples(
+        st.just("messageStop"),
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "stopReason": st.sampled_from(["end_turn", "tool_use", "max_tokens"]) | json_values,
+                "additionalModelResponseFields": json_values,
+            },
+        ),
+    ),
+    st.tuples(
+        st.just("metadata"),
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "usage": st.dictionaries(
+                    st.sampled_from(
+                        ["inputTokens", "outputTokens", "totalTokens", "cacheReadInputTokens", "cacheDetails"]
+                    ),
+                    usage_values,
+                    max_size=4,
+                )
+                | json_values,
+                "metrics": st.fixed_dictionaries({"latencyMs": usage_values}) | json_values,
+                "trace": st.just({"promptRouter": {"invokedModelId": "m"}})
+                | st.just({"guardrail": {"actionReason": "r", "modelOutput": ["x"]}})
+                | json_values,
+                "performanceConfig": st.just({"latency": "optimized"}),
+            },
+        ),
+    ),
+    st.tuples(st.sampled_from(["unknownEvent", "contentBlockDelta"]), st.just({})),
+).map(lambda kb: (kb[0], {**kb[1], "p": "abcdef"} if len(kb[1]) % 2 else kb[1]))
+
+
+@settings(max_examples=1000, deadline=None)
+@given(plain_bodies)
+def test_the_other_events_give_what_botocore_gives_or_are_left_to_it(kind_body: tuple[str, Any]) -> None:
+    kind, body = kind_body
+    (frame,) = FrameDecoder().feed(encode_event(kind, body))
+    fast = plain_event(frame)
+    if fast is not None:
+        assert fast == botocore_event(frame)
+
+
+@pytest.mark.parametrize(
+    ("kind", "body"),
+    [
+        ("messageStart", {"role": "assistant", "p": "abc"}),
+        ("contentBlockStop", {"contentBlockIndex": 0}),
+        ("messageStop", {"stopReason": "end_turn", "additionalModelResponseFields": {"a": [1, None]}}),
+        (
+            "metadata",
+            {
+                "usage": {"inputTokens": 12, "outputTokens": 3, "totalTokens": 15},
+                "metrics": {"latencyMs": 420},
+                "p": "abcdefgh",
+            },
+        ),
+    ],
+)
+def test_every_answers_own_events_take_the_fast_path(kind: str, body: dict[str, Any]) -> None:
+    (frame,) = FrameDecoder().feed(encode_event(kind, body))
+    event = plain_event(frame)
+    assert event is not None
+    assert event == botocore_event(frame)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        encode_event(
+            "contentBlockStart",
+            {"contentBlockIndex": 1, "start": {"toolUse": {"toolUseId": "a", "name": "b"}}},
+        ),
+        encode_event("metadata", {"usage": {"inputTokens": 1, "cacheDetails": [{"ttl": "5m"}]}}),
+        encode_event("messageStart", []),
+        encode_message(
+            {":event-type": "messageStart", ":content-type": "application/json", ":message-type": "event"},
+            b"not json",
+        ),
+        encode_exception("throttlingException", "slow down"),
+        encode_event("contentBlockDelta", {"delta": {"text": "hi"}}),
+    ],
+)
+def test_what_botocore_converts_or_raises_is_left_to_it(data: bytes) -> None:
+    (frame,) = FrameDecoder().feed(data)
+    assert plain_event(frame) is None
