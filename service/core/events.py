@@ -67,6 +67,21 @@ class TextDelta(_Event):
     turn: int = 1
 
 
+# What every text delta was given: one set for all of them, where pydantic makes one per event.
+# Kept for the life of a session's log, that set was a third of the objects the garbage collector
+# walked per token. No one changes it: the events are frozen, and pydantic copies the set before
+# adding to it (``model_copy(update=...)``).
+_TEXT_DELTA_FIELDS = {"text", "turn"}
+
+
+def text_delta(text: str, turn: int) -> TextDelta:
+    """``TextDelta(text=text, turn=turn)``, the event made once per token, with the shared set of
+    field names."""
+    event = TextDelta(text=text, turn=turn)
+    object.__setattr__(event, "__pydantic_fields_set__", _TEXT_DELTA_FIELDS)
+    return event
+
+
 class ReasoningDelta(_Event):
     """A piece of the model's reasoning, for models that expose it."""
 

@@ -34,6 +34,7 @@ from service.core.events import (
     ToolUse,
     ToolUseStart,
     Usage,
+    text_delta,
 )
 from service.errors import ModelStreamError, ProviderError
 from service.providers.base import PendingToolUse, TurnResult
@@ -137,7 +138,7 @@ class BedrockStreamParser:
         if not isinstance(block, TextBlock) or block.closed or not text:
             return None
         block.parts.append(text)
-        return TextDelta(text=text, turn=self.turn)
+        return text_delta(text, self.turn)
 
     def text_so_far(self) -> str:
         """The answer's text received so far, for a turn that will not finish."""

@@ -22,7 +22,15 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from service.core.events import Event, ReasoningDelta, TextDelta, ToolInputDelta, ToolUse, ToolUseStart, Usage
+from service.core.events import (
+    Event,
+    ReasoningDelta,
+    ToolInputDelta,
+    ToolUse,
+    ToolUseStart,
+    Usage,
+    text_delta,
+)
 from service.errors import ModelStreamError, ProviderError
 from service.providers import upstream_json
 from service.providers.base import PendingToolUse, TurnResult
@@ -265,7 +273,7 @@ class OpenAIStreamParser:
         text = delta.get("content")
         if isinstance(text, str) and text:
             self._text.parts.append(text)
-            emitted.append(TextDelta(text=text, turn=self.turn))
+            emitted.append(text_delta(text, self.turn))
         tool_calls = delta.get("tool_calls")
         if isinstance(tool_calls, list):
             for piece in tool_calls:
