@@ -38,6 +38,7 @@ from service.core.events import (
     PlanCreated,
     RunDone,
     RunError,
+    Sink,
     StepCompleted,
     TextDelta,
     ToolCall,
@@ -68,6 +69,8 @@ class _Turn:
 
 class AgentLoop:
     """Runs one query against a model with tools, yielding events that end with done or error."""
+
+    takes_sink = True  # run() takes sink=: see service.core.events.Sink
 
     def __init__(
         self,
@@ -105,10 +108,12 @@ class AgentLoop:
         max_turns: int,
         options: RunOptions | None = None,
         approve: Approver | None = None,
+        sink: Sink | None = None,
     ) -> AsyncIterator[Event]:
         """Append ``user_text`` to ``messages`` (unless ``options.resume``) and work until end of
         turn, max tokens, max turns, or a call to one of the client's tools; ``approve`` decides
-        the tool calls that need approval (without it they are declined)."""
+        the tool calls that need approval (without it they are declined). The answer's text
+        deltas go to ``sink`` first, if the provider takes one; those it takes are not yielded."""
         if self.provider is None:
             raise RuntimeError("the agent loop has no model provider yet")
         provider = self.provider
@@ -168,7 +173,7 @@ class AgentLoop:
             )
             current = _Turn()
             try:
-                async for event in self._stream_turn(provider, request, turn, current):
+                async for event in self._stream_turn(provider, request, turn, current, sink=sink):
                     yield event
             except BaseException:
                 _close_conversation(messages, current)
@@ -277,14 +282,34 @@ class AgentLoop:
         return ceiling * (0.5 + random.random() / 2)
 
     async def _stream_turn(
-        self, provider: ModelProvider, request: ModelRequest, turn: int, into: _Turn, *, emit: bool = True
+        self,
+        provider: ModelProvider,
+        request: ModelRequest,
+        turn: int,
+        into: _Turn,
+        *,
+        emit: bool = True,
+        sink: Sink | None = None,
     ) -> AsyncIterator[Event]:
-        """Stream one model turn, yielding its events; the result or the error lands in ``into``."""
+        """Stream one model turn, yielding its events (the text deltas ``sink`` takes excepted);
+        the result or the error lands in ``into``."""
+        hand_down = emit and sink is not None and getattr(provider, "takes_sink", False)
         for attempt in range(self.throttle_retries + 1):
-            into.seen = []
+            seen: list[str] = []
+            into.seen = seen
             emitted = False
+
+            def take(event: Event, seen: list[str] = seen) -> bool:
+                nonlocal emitted
+                if sink is None or not sink(event):
+                    return False
+                emitted = True
+                seen.append(event.text)  # type: ignore[attr-defined]  # providers offer text deltas only
+                return True
+
+            extra: dict[str, Any] = {"sink": take} if hand_down else {}
             try:
-                async with aclosing(provider.stream(request, turn)) as stream:
+                async with aclosing(provider.stream(request, turn, **extra)) as stream:
                     async for item in stream:
                         if isinstance(item, TurnResult):
                             into.result = item

@@ -11,6 +11,7 @@ process (Redis) can rebuild them with :data:`EVENT_ADAPTER`.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -274,3 +275,13 @@ TERMINAL_TYPES = frozenset({"done", "error"})
 def is_terminal(event: _Event) -> bool:
     """True for the event that ends a query (``done`` or ``error``)."""
     return getattr(event, "type", None) in TERMINAL_TYPES
+
+
+Sink = Callable[[Event], bool]
+"""Takes one event synchronously, where a provider read it: True when it dealt with it (the run
+logged it), and the provider then does not yield it; False to have it yielded as usual.
+
+A run hands one down to its provider for the one event that comes per token, the text delta: a
+delta that climbed the agent's generators back to the run (four of them, each a suspension and a
+resumption per token) cost as much as logging it. Providers offer it nothing else.
+"""

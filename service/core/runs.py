@@ -16,7 +16,7 @@ import contextlib
 import contextvars
 import logging
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +28,7 @@ from service.core.events import (
     RunDone,
     RunError,
     RunStarted,
+    Sink,
     StatusChange,
     TextDelta,
     ToolCall,
@@ -37,6 +38,7 @@ from service.core.events import (
     Usage,
     is_terminal,
 )
+from service.core.log import EventLog
 from service.core.options import RunOptions
 from service.core.run_parts import Agent, NoGate, NoObserver, RunGate, RunObserver
 from service.core.sessions import (
@@ -346,8 +348,11 @@ class RunManager:
             else None
         )
         append_now = event_log.synchronous_append()  # per token: no coroutine where none is needed
+        sink = (
+            self._sink(run, event_log, append_now) if committer is None and append_now is not None else None
+        )
         try:
-            async for event in self._agent_events(run, committer):
+            async for event in self._agent_events(run, committer, sink):
                 run.taken += 1
                 if 0 < session.ids_renew_at <= session.run_start_id + 1 + run.taken and self._store:
                     await self._store.reserve_ids(session, session.run_start_id + 1 + run.taken)
@@ -402,12 +407,35 @@ class RunManager:
                 run, RunError(error="internal error", code="internal_error", turns=progress.turns)
             )
 
-    def _agent_events(self, run: Run, committer: Committer | None) -> AsyncIterator[Event]:
-        """The agent's events for the run; with a desk, its tool uses may wait for approval."""
+    def _sink(self, run: Run, event_log: EventLog, append_now: Callable[[Event], Any]) -> Sink:
+        """What :meth:`_drive` does with an event it appends at once, for the agent's provider to
+        do where it read a text delta (:data:`~service.core.events.Sink`). It declines what has
+        to wait (ids to reserve in the store first) and a closed log, which ``_drive`` then meets
+        as before."""
+        session = run.session
+
+        def take(event: Event) -> bool:
+            if event_log.closed or (
+                0 < session.ids_renew_at <= session.run_start_id + 2 + run.taken and self._store
+            ):
+                return False
+            append_now(event)
+            run.taken += 1
+            self._logged_one(run, event)
+            return True
+
+        return take
+
+    def _agent_events(self, run: Run, committer: Committer | None, sink: Sink | None) -> AsyncIterator[Event]:
+        """The agent's events for the run; with a desk, its tool uses may wait for approval; with
+        ``sink`` (and an agent that takes one), the text deltas it takes are not among them."""
         session = run.session
         desk = self.approvals
+        extra: dict[str, Any] = (
+            {"sink": sink} if sink is not None and getattr(self._agent, "takes_sink", False) else {}
+        )
         if desk is None:
-            return self._agent.run(session.messages, run.message, run.max_turns, run.options)
+            return self._agent.run(session.messages, run.message, run.max_turns, run.options, **extra)
 
         async def approve(uses: Any) -> Any:
             if committer is not None:
@@ -416,7 +444,7 @@ class RunManager:
 
         approver: Approver = approve
         return self._agent.run(  # type: ignore[call-arg]
-            session.messages, run.message, run.max_turns, run.options, approve=approver
+            session.messages, run.message, run.max_turns, run.options, approve=approver, **extra
         )
 
     async def _finish(self, run: Run, terminal: Event) -> None:

@@ -14,7 +14,7 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from service.core.events import Event, Usage
+from service.core.events import Event, Sink, TextDelta, Usage
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,12 @@ class TurnResult:
 
 
 class ModelProvider(Protocol):
-    """A model behind a streaming API."""
+    """A model behind a streaming API.
+
+    A provider whose ``stream`` also takes ``sink=`` (a :data:`~service.core.events.Sink`) says so
+    with a true ``takes_sink``: it then offers each text delta to the sink first and yields only
+    those the sink declines.
+    """
 
     name: str
 
@@ -79,14 +84,16 @@ class StreamParser(Protocol):
 
 
 async def parse_stream(
-    raw: AsyncGenerator[Any, None], parser: StreamParser
+    raw: AsyncGenerator[Any, None], parser: StreamParser, sink: Sink | None = None
 ) -> AsyncGenerator[Event | TurnResult, None]:
-    """A provider's raw stream through its parser: the canonical events, then the turn's result."""
+    """A provider's raw stream through its parser: the canonical events, then the turn's result;
+    with ``sink``, the text deltas it takes are not yielded."""
     # Closing this generator (the run was cancelled, the client left) closes the raw one at once.
     async with aclosing(raw) as items:
         async for item in items:
             for event in parser.feed(item):
-                yield event
+                if sink is None or type(event) is not TextDelta or not sink(event):
+                    yield event
     yield parser.result()
 
 

@@ -38,7 +38,7 @@ from botocore.context import get_context
 
 from service.core.admission import Admission
 from service.core.burst import Burst
-from service.core.events import Event
+from service.core.events import Event, Sink, TextDelta
 from service.errors import ProviderError
 from service.providers.base import ModelRequest, TurnResult, alternate_roles
 from service.providers.bedrock_events import FrameDecoder, delta_body, event_of, plain_event, text_of
@@ -253,9 +253,14 @@ class BedrockProvider:
                     self._client = client
         return self._client
 
-    def stream(self, request: ModelRequest, turn: int = 1) -> AsyncGenerator[Event | TurnResult, None]:
-        """One turn's canonical events, then its result; errors are raised as :class:`ProviderError`."""
-        return self._read(request, BedrockStreamParser(turn=turn))
+    takes_sink = True
+
+    def stream(
+        self, request: ModelRequest, turn: int = 1, sink: Sink | None = None
+    ) -> AsyncGenerator[Event | TurnResult, None]:
+        """One turn's canonical events, then its result (the text deltas ``sink`` takes are not
+        yielded); errors are raised as :class:`ProviderError`."""
+        return self._read(request, BedrockStreamParser(turn=turn), sink)
 
     def raw_stream(self, request: ModelRequest) -> AsyncGenerator[dict[str, Any], None]:
         """Yield ConverseStream events as botocore parses them; errors are raised as
@@ -263,10 +268,11 @@ class BedrockProvider:
         return self._read(request, None)
 
     async def _read(
-        self, request: ModelRequest, parser: BedrockStreamParser | None
+        self, request: ModelRequest, parser: BedrockStreamParser | None, sink: Sink | None = None
     ) -> AsyncGenerator[Any, None]:
         """The response's events: botocore's dicts, or with ``parser`` its canonical events and
-        then the turn's result (a text delta then goes to the parser without its dict)."""
+        then the turn's result (a text delta then goes to the parser without its dict, and to
+        ``sink`` before it is yielded)."""
         await self.admission.enter()  # a burst of new requests starts a few per loop turn
         kwargs = self.request_kwargs(request)
         self._opened()
@@ -280,9 +286,10 @@ class BedrockProvider:
                 if not isinstance(raw, aiohttp.ClientResponse):  # not aiohttp: aiobotocore's own reader
                     async for event in events:
                         for item in _parsed(event, parser):
-                            yield item
+                            if sink is None or type(item) is not TextDelta or not sink(item):
+                                yield item
                 else:
-                    async with contextlib.aclosing(self._frames(raw, events, parser)) as frames:
+                    async with contextlib.aclosing(self._frames(raw, events, parser, sink)) as frames:
                         async for item in frames:
                             yield item
                 if parser is not None:
@@ -297,7 +304,11 @@ class BedrockProvider:
             self._closed()
 
     async def _frames(
-        self, raw: aiohttp.ClientResponse, events: Any, parser: BedrockStreamParser | None
+        self,
+        raw: aiohttp.ClientResponse,
+        events: Any,
+        parser: BedrockStreamParser | None,
+        sink: Sink | None = None,
     ) -> AsyncGenerator[Any, None]:
         """The body read a socket read at a time: each read's frames at once (one wake-up per
         read, and a :class:`~service.core.burst.Burst` around them when there are several), a
@@ -316,7 +327,7 @@ class BedrockProvider:
                             text = text_of(body)
                             if text is not None:
                                 delta = parser.text(*text)
-                                if delta is not None:
+                                if delta is not None and (sink is None or not sink(delta)):
                                     yield delta
                                 continue
                         event = event_of(body) if body is not None else plain_event(frame)
@@ -324,7 +335,8 @@ class BedrockProvider:
                             event = await events._parse_event(frame.message())
                         if event:  # botocore skips what parses to nothing (an unknown event type)
                             for item in _parsed(event, parser):
-                                yield item
+                                if sink is None or type(item) is not TextDelta or not sink(item):
+                                    yield item
                 finally:
                     if burst is not None:
                         burst.end()

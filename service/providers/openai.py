@@ -30,7 +30,7 @@ import aiohttp
 
 from service.core.admission import Admission
 from service.core.burst import Burst
-from service.core.events import Event
+from service.core.events import Event, Sink
 from service.errors import ProviderError
 from service.providers import upstream_json
 from service.providers.base import ModelRequest, TurnResult, parse_stream
@@ -287,9 +287,14 @@ class OpenAIProvider:
             )
         return self._session
 
-    def stream(self, request: ModelRequest, turn: int = 1) -> AsyncGenerator[Event | TurnResult, None]:
-        """One turn's canonical events, then its result; errors are raised as ProviderError."""
-        return parse_stream(self.raw_stream(request), OpenAIStreamParser(turn=turn))
+    takes_sink = True
+
+    def stream(
+        self, request: ModelRequest, turn: int = 1, sink: Sink | None = None
+    ) -> AsyncGenerator[Event | TurnResult, None]:
+        """One turn's canonical events, then its result (the text deltas ``sink`` takes are not
+        yielded); errors are raised as ProviderError."""
+        return parse_stream(self.raw_stream(request), OpenAIStreamParser(turn=turn), sink)
 
     async def raw_stream(self, request: ModelRequest) -> AsyncGenerator[dict[str, Any] | str, None]:
         """Yield the stream's chunks and finally ``"[DONE]"``; errors are raised as ProviderError."""

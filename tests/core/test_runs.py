@@ -142,3 +142,66 @@ async def test_unknown_session() -> None:
         await store.get("nope")
     with pytest.raises(SessionNotFound):
         await store.delete("nope")
+
+
+class SinkAgent:
+    """Offers its text deltas to the run's sink (when it is given one) and yields the rest."""
+
+    takes_sink = True
+
+    def __init__(self, texts: list[str]) -> None:
+        self.texts = texts
+        self.taken: list[bool] = []
+
+    async def run(
+        self,
+        messages: list[dict[str, Any]],
+        user_text: str,
+        max_turns: int,
+        options: Any = None,
+        sink: Any = None,
+    ) -> AsyncIterator[Event]:
+        for text in self.texts:
+            delta = TextDelta(text=text)
+            took = sink is not None and sink(delta)
+            self.taken.append(took)
+            if not took:
+                yield delta
+            await asyncio.sleep(0)  # another task may run between two reads of the model
+        yield TurnCompleted(
+            turn=1, stop_reason="end_turn", usage=Usage(output_tokens=1), total_usage=Usage(output_tokens=1)
+        )
+        yield RunDone(turns=1, usage=Usage(output_tokens=1))
+
+
+async def test_text_deltas_the_sink_takes_are_logged_in_order_with_the_rest() -> None:
+    agent = SinkAgent(["a", "b", "c"])
+    runs = RunManager(agent)
+    store = MemorySessionStore()
+    session = await store.create()
+    await (await runs.start(session, "hi")).wait()
+    entries = await session.log.read(0)
+    assert agent.taken == [True, True, True]
+    assert [e.event.type for e in entries] == [
+        "run_started",
+        "status_change",
+        "text_delta",
+        "text_delta",
+        "text_delta",
+        "turn_completed",
+        "status_change",
+        "done",
+    ]
+    assert [e.event.text for e in entries if isinstance(e.event, TextDelta)] == ["a", "b", "c"]
+    assert [e.id for e in entries] == list(range(1, len(entries) + 1))
+
+
+async def test_a_closed_log_is_declined_by_the_sink_and_the_run_ends_as_before() -> None:
+    agent = SinkAgent(["a", "b"])
+    runs = RunManager(agent)
+    session = await MemorySessionStore().create()
+    run = await runs.start(session, "hi")
+    await session.log.close()  # as when the session goes while the run is on its way
+    await run.wait()
+    assert agent.taken == [False]  # declined: the run met the closed log itself, and stopped
+    assert session.status == IDLE and runs.active == 0
