@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.core.events import Event
+from service.core.events import Event, TextDelta
 from service.core.wakeup import IdleWait, Wakeup
 from service.errors import EventsPurged
 
@@ -42,6 +43,19 @@ ENTRY_JSON_FACTOR = 3
 def entry_bytes(json_length: int) -> int:
     """The memory an entry of an event with that much JSON holds, as the byte bound counts it."""
     return ENTRY_OVERHEAD_BYTES + ENTRY_JSON_FACTOR * json_length
+
+
+# A text delta's JSON is '{"type":"text_delta","text":' + its text as a JSON string + ',"turn":'
+# + its turn + '}': pydantic's own output, measured here rather than made per token.
+_TEXT_DELTA_FRAME = len('{"type":"text_delta","text":,"turn":}')
+_json_string = json.encoder.encode_basestring  # escapes as pydantic does: quotes, \\ and controls
+
+
+def json_length(event: Event) -> int:
+    """``len(event.model_dump_json())``, without serialising the event that comes per token."""
+    if type(event) is TextDelta:
+        return _TEXT_DELTA_FRAME + len(_json_string(event.text)) + len(str(event.turn))
+    return len(event.model_dump_json())
 
 
 @dataclass(slots=True)
@@ -193,7 +207,7 @@ class MemoryEventLog(EventLog):
         if self._closed:
             raise RuntimeError("event log is closed")
         self._last_id += 1
-        entry = LogEntry(self._last_id, event, entry_bytes(len(event.model_dump_json())))
+        entry = LogEntry(self._last_id, event, entry_bytes(json_length(event)))
         self._entries.append(entry)
         self._bytes += entry.size
         self._purge()

@@ -6,9 +6,11 @@ import asyncio
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from service.core.events import EVENT_ADAPTER, RunDone, TextDelta
-from service.core.log import MemoryEventLog, entry_bytes
+from service.core.log import MemoryEventLog, entry_bytes, json_length
 from service.errors import EventsPurged
 
 
@@ -168,3 +170,17 @@ async def test_the_byte_bound_counts_the_memory_an_entry_really_holds() -> None:
             assert 0.7 < log.size_bytes / held < 1.4, (log.size_bytes / count, held / count)
     finally:
         tracemalloc.stop()
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(), st.integers(min_value=0, max_value=10**12))
+def test_a_text_deltas_json_length_is_measured_without_serialising_it(text: str, turn: int) -> None:
+    event = TextDelta(text=text, turn=turn)
+    assert json_length(event) == len(event.model_dump_json())
+
+
+@pytest.mark.parametrize("text", ['"quoted"', "back\\slash", "line\nbreak\ttab\x00\x1f\x7f", "é中😀\u2028"])
+def test_text_that_json_escapes_is_measured_as_pydantic_writes_it(text: str) -> None:
+    event = TextDelta(text=text, turn=3)
+    assert json_length(event) == len(event.model_dump_json())
+    assert json_length(RunDone(turns=1)) == len(RunDone(turns=1).model_dump_json())
