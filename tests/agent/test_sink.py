@@ -15,9 +15,10 @@ import pytest
 
 from service.agent.loop import AgentLoop
 from service.agent.tools import ToolExecutor
-from service.core.events import Event, RunDone, RunError, Sink, StepCompleted, TextDelta, Usage, text_delta
+from service.core.events import Event, RunDone, RunError, Sink, StepCompleted, TextDelta, text_delta
 from service.errors import ModelStreamError
 from service.providers.base import ModelRequest, TurnResult
+from tests.agent.test_loop_client_tools import text_turn
 
 Step = Event | TurnResult | ModelStreamError
 
@@ -47,17 +48,6 @@ class SinkProvider:
 
     async def close(self) -> None:
         pass
-
-
-def end_turn(text: str) -> TurnResult:
-    return TurnResult(
-        message={"role": "assistant", "content": [{"text": text}]},
-        stop_reason="end_turn",
-        usage=Usage(input_tokens=1, output_tokens=2, total_tokens=3),
-        latency_ms=None,
-        tool_uses=[],
-        text=text,
-    )
 
 
 async def run(
@@ -96,7 +86,7 @@ def takes_every_other(event: Event) -> bool:
 
 @pytest.mark.parametrize("sink", [takes_all, takes_every_other], ids=["takes all", "takes every other"])
 async def test_the_run_sees_the_same_events_in_the_same_order(sink: Sink) -> None:
-    script = [[text_delta("Hel", 1), text_delta("lo", 1), text_delta("!", 1), end_turn("Hello!")]]
+    script = [[text_delta("Hel", 1), text_delta("lo", 1), text_delta("!", 1), text_turn("Hello!")]]
     through_generators, _ = await run([list(script[0])], None)
     handed_down, provider = await run([list(script[0])], sink)
     assert without_times(handed_down) == without_times(through_generators)
@@ -112,7 +102,7 @@ async def test_a_provider_without_a_sink_is_not_given_one() -> None:
             self, request: ModelRequest, turn: int = 1
         ) -> AsyncGenerator[Event | TurnResult, None]:
             yield text_delta("hi", 1)
-            yield end_turn("hi")
+            yield text_turn("hi")
 
     agent = AgentLoop(Plain(), ToolExecutor([]))
     taken: list[Event] = []
@@ -125,7 +115,10 @@ async def test_text_the_sink_took_counts_as_seen_a_later_error_is_not_retried() 
     """The client saw the deltas the sink took: a stream error after them ends the turn (a retry
     would show them twice), and the conversation keeps them as the assistant's partial answer."""
     failing = ModelStreamError("slow down", code="throttlingException", retryable=True)
-    turns: list[list[Step]] = [[text_delta("Half ", 1), text_delta("an answer", 1), failing], [end_turn("x")]]
+    turns: list[list[Step]] = [
+        [text_delta("Half ", 1), text_delta("an answer", 1), failing],
+        [text_turn("x")],
+    ]
     messages: list[dict[str, Any]] = []
     events, provider = await run(turns, takes_all, messages)
     assert isinstance(events[-1], RunError) and events[-1].code == "throttlingException"
@@ -137,7 +130,7 @@ async def test_text_the_sink_took_counts_as_seen_a_later_error_is_not_retried() 
 
 async def test_an_error_before_any_text_is_still_retried_with_a_sink() -> None:
     failing = ModelStreamError("slow down", code="throttlingException", retryable=True)
-    events, provider = await run([[failing], [text_delta("ok", 1), end_turn("ok")]], takes_all)
+    events, provider = await run([[failing], [text_delta("ok", 1), text_turn("ok")]], takes_all)
     assert isinstance(events[-1], RunDone)
     assert [e.text for e in events if isinstance(e, TextDelta)] == ["ok"]
     assert not provider.turns
