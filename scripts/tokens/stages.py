@@ -108,6 +108,7 @@ class _BotocoreEvents:
 
     def __init__(self) -> None:
         self._stream = botocore_streams()(None)
+        self.shape = self._stream._output_shape
 
     async def _parse_event(self, message: Any) -> Any:
         return self._stream._parse_event(message)
@@ -137,7 +138,10 @@ def provider_reader(frames: list[bytes]) -> Callable[[Any], Awaitable[list[Any]]
                         for item in (event,) if parser is None else parser.feed(event):
                             yield item
 
-    provider = types.SimpleNamespace(_read_timeout=None)
+    # What the loop reads of its provider: no stall watch, and (from the tree that reads the
+    # answer's other events by plan) the plans its client would have made.
+    plans = getattr(bedrock_events, "event_plans", None)
+    provider = types.SimpleNamespace(_read_timeout=None, _plans=plans(events.shape) if plans else None)
 
     async def read(parser: Any) -> list[Any]:
         return [item async for item in loop(provider, _Response(frames), events, parser)]

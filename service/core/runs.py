@@ -354,7 +354,7 @@ class RunManager:
         try:
             async for event in self._agent_events(run, committer, sink):
                 run.taken += 1
-                if 0 < session.ids_renew_at <= session.run_start_id + 1 + run.taken and self._store:
+                if self._ids_to_reserve(run, run.taken):
                     await self._store.reserve_ids(session, session.run_start_id + 1 + run.taken)
                 if is_terminal(event):
                     if committer is not None:
@@ -407,17 +407,19 @@ class RunManager:
                 run, RunError(error="internal error", code="internal_error", turns=progress.turns)
             )
 
+    def _ids_to_reserve(self, run: Run, taken: int) -> bool:
+        """Whether the store must reserve more ids before the run's ``taken``-th event is logged."""
+        session = run.session
+        return bool(self._store) and 0 < session.ids_renew_at <= session.run_start_id + 1 + taken
+
     def _sink(self, run: Run, event_log: EventLog, append_now: Callable[[Event], Any]) -> Sink:
         """What :meth:`_drive` does with an event it appends at once, for the agent's provider to
         do where it read a text delta (:data:`~service.core.events.Sink`). It declines what has
         to wait (ids to reserve in the store first) and a closed log, which ``_drive`` then meets
         as before."""
-        session = run.session
 
         def take(event: Event) -> bool:
-            if event_log.closed or (
-                0 < session.ids_renew_at <= session.run_start_id + 2 + run.taken and self._store
-            ):
+            if event_log.closed or self._ids_to_reserve(run, run.taken + 1):
                 return False
             append_now(event)
             run.taken += 1

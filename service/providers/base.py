@@ -83,6 +83,11 @@ class StreamParser(Protocol):
         ...
 
 
+def kept(event: Any, sink: Sink | None) -> bool:
+    """Whether a provider yields ``event``: anything but a text delta that ``sink`` took."""
+    return sink is None or type(event) is not TextDelta or not sink(event)
+
+
 async def parse_stream(
     raw: AsyncGenerator[Any, None], parser: StreamParser, sink: Sink | None = None
 ) -> AsyncGenerator[Event | TurnResult, None]:
@@ -92,7 +97,7 @@ async def parse_stream(
     async with aclosing(raw) as items:
         async for item in items:
             for event in parser.feed(item):
-                if sink is None or type(event) is not TextDelta or not sink(event):
+                if kept(event, sink):
                     yield event
     yield parser.result()
 

@@ -38,10 +38,17 @@ from botocore.context import get_context
 
 from service.core.admission import Admission
 from service.core.burst import Burst
-from service.core.events import Event, Sink, TextDelta
+from service.core.events import Event, Sink
 from service.errors import ProviderError
-from service.providers.base import ModelRequest, TurnResult, alternate_roles
-from service.providers.bedrock_events import FrameDecoder, delta_body, event_of, plain_event, text_of
+from service.providers.base import ModelRequest, TurnResult, alternate_roles, kept
+from service.providers.bedrock_events import (
+    FrameDecoder,
+    delta_body,
+    event_of,
+    event_plans,
+    plain_event,
+    text_of,
+)
 from service.providers.bedrock_stream import BedrockStreamParser, stream_error_from_exception
 
 SERVICE = "bedrock-runtime"
@@ -204,6 +211,7 @@ class BedrockProvider:
         self._session.warm_up_loader_caches(SERVICE)
         self.admission = Admission()
         self._client: Any = None
+        self._plans: dict[str, Any] = {}  # how to read the answer's other events (event_plans)
         self._client_lock = asyncio.Lock()
         self._exit_stack = contextlib.AsyncExitStack()
         self._active = 0
@@ -250,6 +258,8 @@ class BedrockProvider:
                         self._session.create_client(SERVICE, **self._client_kwargs)
                     )
                     _cache_user_agent(client)
+                    stream = client.meta.service_model.operation_model("ConverseStream").output_shape
+                    self._plans = event_plans(stream.members["stream"])
                     self._client = client
         return self._client
 
@@ -286,7 +296,7 @@ class BedrockProvider:
                 if not isinstance(raw, aiohttp.ClientResponse):  # not aiohttp: aiobotocore's own reader
                     async for event in events:
                         for item in _parsed(event, parser):
-                            if sink is None or type(item) is not TextDelta or not sink(item):
+                            if kept(item, sink):
                                 yield item
                 else:
                     async with contextlib.aclosing(self._frames(raw, events, parser, sink)) as frames:
@@ -330,12 +340,12 @@ class BedrockProvider:
                                 if delta is not None and (sink is None or not sink(delta)):
                                     yield delta
                                 continue
-                        event = event_of(body) if body is not None else plain_event(frame)
+                        event = event_of(body) if body is not None else plain_event(frame, self._plans)
                         if event is None:
                             event = await events._parse_event(frame.message())
                         if event:  # botocore skips what parses to nothing (an unknown event type)
                             for item in _parsed(event, parser):
-                                if sink is None or type(item) is not TextDelta or not sink(item):
+                                if kept(item, sink):
                                     yield item
                 finally:
                     if burst is not None:

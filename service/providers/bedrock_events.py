@@ -13,7 +13,7 @@ comes per token, ``contentBlockDelta`` with a text, tool-input or reasoning-text
 dict botocore's parser would give (same members, unknown keys such as Bedrock's ``p`` padding
 dropped). :func:`plain_event` does the same for the few other events of every answer (message
 start and stop, block start and stop, metadata), whose members botocore's JSON parser only copies:
-what to copy is read from botocore's own model of the stream, once. Everything else (exceptions,
+what to copy is read once from botocore's model of the stream (:func:`event_plans`). Everything else (exceptions,
 deltas of other kinds, members botocore converts such as blobs, timestamps, lists and unions,
 anything malformed) goes through botocore's own parser, so that errors, blobs and unknown union
 members behave exactly as before; tests/providers/test_bedrock_events.py checks both against
@@ -22,7 +22,6 @@ botocore.
 
 from __future__ import annotations
 
-import functools
 import json
 import struct
 import zlib
@@ -39,7 +38,16 @@ from botocore.eventstream import (
     MessagePrelude,
 )
 
-__all__ = ["Frame", "FrameDecoder", "delta_body", "event_of", "fast_event", "plain_event", "text_of"]
+__all__ = [
+    "Frame",
+    "FrameDecoder",
+    "delta_body",
+    "event_of",
+    "event_plans",
+    "fast_event",
+    "plain_event",
+    "text_of",
+]
 
 _PRELUDE = struct.Struct(">III")  # total length, headers length, CRC of the first 8 bytes
 _UINT16 = struct.Struct(">H")
@@ -267,18 +275,10 @@ def _plan(shape: Any) -> _Plan:
     return _AS_IS if shape.type_name in _COPIED else _REFUSE
 
 
-@functools.cache
-def _plans() -> dict[str, _Plan]:
-    """A plan per event of ConverseStream's stream whose members all come from its JSON body
-    (none in the headers, no payload member), by botocore's model; deltas have their own path."""
-    from botocore.session import get_session
-
-    stream = (
-        get_session()
-        .get_service_model("bedrock-runtime")
-        .operation_model("ConverseStream")
-        .output_shape.members["stream"]
-    )
+def event_plans(stream: Any) -> dict[str, _Plan]:
+    """A plan per event of ConverseStream's ``stream`` shape (botocore's model, as the client has
+    it) whose members all come from its JSON body (none in the headers, no payload member);
+    deltas have their own path."""
     plans = {}
     for name, shape in stream.members.items():
         if name == "contentBlockDelta" or not shape.serialization.get("event"):
@@ -307,14 +307,15 @@ def _copy(plan: _Plan, value: Any) -> Any:
     return parsed
 
 
-def plain_event(frame: Frame) -> dict[str, Any] | None:
-    """A message or block start or stop, or the metadata, as botocore would parse it; None for any
-    other frame, or for anything in this one that botocore's parser should judge."""
+def plain_event(frame: Frame, plans: dict[str, _Plan]) -> dict[str, Any] | None:
+    """A message or block start or stop, or the metadata, as botocore would parse it (by
+    ``plans``, from :func:`event_plans`); None for any other frame, or for anything in this one
+    that botocore's parser should judge."""
     headers = frame.headers
     if headers.get(":message-type") != "event":
         return None
     kind = headers.get(":event-type")
-    plan = _plans().get(kind)  # type: ignore[arg-type]
+    plan = plans.get(kind)  # type: ignore[arg-type]
     if plan is None:
         return None
     try:

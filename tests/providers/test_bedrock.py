@@ -295,3 +295,13 @@ async def test_a_body_that_stops_coming_times_out_after_the_headers(aiohttp_serv
     finally:
         release.set()
         await provider.close()
+
+
+async def test_the_answers_other_events_are_read_by_the_clients_own_model(
+    emulated: tuple[Any, BedrockProvider],
+) -> None:
+    """The plans for message and block starts and stops and the metadata come from the client's
+    model when it is made: no second botocore session loads the model mid-stream."""
+    _, provider = emulated
+    await provider.start()
+    assert {"messageStart", "contentBlockStop", "messageStop", "metadata"} <= set(provider._plans)

@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service.emulator.eventstream import encode_event, encode_exception, encode_message
-from service.providers.bedrock_events import Frame, FrameDecoder, fast_event, plain_event
+from service.providers.bedrock_events import Frame, FrameDecoder, event_plans, fast_event, plain_event
 
 STREAM_SHAPE = (
     botocore.session.get_session()
@@ -31,6 +31,7 @@ STREAM_SHAPE = (
     .operation_model("ConverseStream")
     .output_shape.members["stream"]
 )
+PLANS = event_plans(STREAM_SHAPE)
 DELTA_HEADERS = {
     ":event-type": "contentBlockDelta",
     ":content-type": "application/json",
@@ -322,7 +323,7 @@ plain_bodies = st.one_of(
 def test_the_other_events_give_what_botocore_gives_or_are_left_to_it(kind_body: tuple[str, Any]) -> None:
     kind, body = kind_body
     (frame,) = FrameDecoder().feed(encode_event(kind, body))
-    fast = plain_event(frame)
+    fast = plain_event(frame, PLANS)
     if fast is not None:
         assert fast == botocore_event(frame)
 
@@ -345,7 +346,7 @@ def test_the_other_events_give_what_botocore_gives_or_are_left_to_it(kind_body: 
 )
 def test_every_answers_own_events_take_the_fast_path(kind: str, body: dict[str, Any]) -> None:
     (frame,) = FrameDecoder().feed(encode_event(kind, body))
-    event = plain_event(frame)
+    event = plain_event(frame, PLANS)
     assert event is not None
     assert event == botocore_event(frame)
 
@@ -369,4 +370,4 @@ def test_every_answers_own_events_take_the_fast_path(kind: str, body: dict[str, 
 )
 def test_what_botocore_converts_or_raises_is_left_to_it(data: bytes) -> None:
     (frame,) = FrameDecoder().feed(data)
-    assert plain_event(frame) is None
+    assert plain_event(frame, PLANS) is None
