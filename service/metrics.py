@@ -3,8 +3,10 @@
 Each application has its own registry, so two services in one process (the tests) never mix
 their figures. Counting is done where the work already is: the run manager tells the
 :class:`Metrics` about each logged event and each finished run; transports count connections and
-delivered events per batch, not per event. Figures that are a state rather than a count (runs
-active, sessions, event-log bytes) are read when Prometheus scrapes.
+the events they write. What comes per token (events logged, events written to a client) is a
+plain count, added to its counter once per scrape rather than through the counter's lock per
+event. Figures that are a state rather than a count (runs active, sessions, event-log bytes) are
+read when Prometheus scrapes.
 """
 
 from __future__ import annotations
@@ -36,6 +38,29 @@ class _StateCollector(Collector):
             value = read()
             if value is not None:
                 yield GaugeMetricFamily(name, help_text, value=value)
+
+
+class Tally:
+    """Events written to clients over one transport since the last scrape.
+
+    ``inc`` is called per event on the write-through path (a token each): a plain count, added to
+    the transport's ``agentstream_events_delivered`` counter, and its lock, once per scrape.
+    """
+
+    __slots__ = ("_counter", "pending")
+
+    def __init__(self, counter: Counter) -> None:
+        self._counter = counter
+        self.pending = 0
+
+    def inc(self, amount: int = 1) -> None:
+        self.pending += amount
+
+    def flush(self) -> None:
+        """Add what was counted since the last flush to the counter."""
+        pending, self.pending = self.pending, 0
+        if pending:
+            self._counter.inc(pending)
 
 
 class Metrics:
@@ -93,16 +118,26 @@ class Metrics:
         # Events logged since the last scrape: a plain count per token, added to the counter (and
         # its lock) once per scrape.
         self._appended = 0
+        self._delivered: dict[str, Tally] = {}
 
     def track(self, name: str, help_text: str, read: Callable[[], float | None]) -> None:
         """Report ``read()`` as the gauge ``name`` at every scrape (``None`` leaves it out)."""
         self._state[name] = (help_text, read)
+
+    def delivered(self, transport: str) -> Tally:
+        """What counts the events written to clients over ``transport`` (one per transport)."""
+        tally = self._delivered.get(transport)
+        if tally is None:
+            tally = self._delivered[transport] = Tally(self.events_delivered.labels(transport))
+        return tally
 
     def render(self) -> bytes:
         """The registry in Prometheus's text format."""
         appended, self._appended = self._appended, 0
         if appended:
             self.events_appended.inc(appended)
+        for tally in self._delivered.values():
+            tally.flush()
         return generate_latest(self.registry)
 
     # -- the run observer ---------------------------------------------------------------------

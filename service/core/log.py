@@ -210,7 +210,8 @@ class MemoryEventLog(EventLog):
         entry = LogEntry(self._last_id, event, entry_bytes(json_length(event)))
         self._entries.append(entry)
         self._bytes += entry.size
-        self._purge()
+        if self._bytes > self._max_bytes:  # the start moves only here, and the compaction with it
+            self._purge()
         if self._direct:
             self._deliver(entry)
         self._wake()

@@ -330,6 +330,10 @@ class RunManager:
             self._logged_one(run, event)
 
     def _logged_one(self, run: Run, event: Event) -> None:
+        if type(event) is TextDelta:  # per token: what observe() does with it, and nothing else
+            run.progress.text_parts.append(event.text)
+            self._observer.event_logged(run.id, event)
+            return
         run.progress.observe(event)
         self._observer.event_logged(run.id, event)
         if isinstance(event, TurnCompleted | PlanCreated):

@@ -29,6 +29,8 @@ class Wakeup:
 
     def notify(self) -> None:
         """Wake every task waiting now."""
+        if not self._waiters:  # per token, and mostly no one is waiting: no list made for nothing
+            return
         waiters, self._waiters = self._waiters, []
         for future in waiters:
             if not future.done():

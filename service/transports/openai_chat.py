@@ -187,7 +187,7 @@ async def _stream(
     request: web.Request, context: Context, session: Session, projection: ChatProjection, include_usage: bool
 ) -> web.StreamResponse:
     timeout = context.settings.sse_send_timeout_s
-    delivered = context.metrics.events_delivered.labels("openai")
+    delivered = context.metrics.delivered("openai")
     async with event_stream(request, context, allow_all_methods=True) as response:
         await response.write(dialects.sse_block(dialects.dumps(projection.first())).encode())
         failure: RunError | None = None

@@ -116,7 +116,7 @@ async def _stream(
 ) -> web.StreamResponse:
     """Write the query's entries after ``after`` through ``wire`` until its terminal event."""
     timeout = context.settings.sse_send_timeout_s
-    delivered = context.metrics.events_delivered.labels(transport)
+    delivered = context.metrics.delivered(transport)
     async with event_stream(request, context, **options) as response:
         if wire.head:
             await write_blocks(request, response, wire.head.encode(), timeout)

@@ -125,7 +125,7 @@ async def poll_events(request: web.Request) -> web.Response:
         body = await poll(context, session, since, limit)
     except IndexAhead as exc:
         raise json_error(400, str(exc)) from None
-    context.metrics.events_delivered.labels("poll").inc(len(body["events"]))
+    context.metrics.delivered("poll").inc(len(body["events"]))
     return web.json_response(body, dumps=dialects.dumps)
 
 

@@ -64,7 +64,7 @@ async def agent_stream(request: web.Request) -> web.StreamResponse:
     context = context_of(request)
     body = await read_json(request, AgentRequest)
     owner = owner_of(request)
-    delivered = context.metrics.events_delivered.labels("sse")
+    delivered = context.metrics.delivered("sse")
     # The stream slot first: a key at its stream quota gets its 429 before any query starts.
     async with context.stream_slot("sse", owner):
         check_length(context.settings, body.message, "message")
@@ -181,7 +181,7 @@ async def _follow(
     """
     log = session.log
     settings = context.settings
-    delivered = context.metrics.events_delivered.labels("sse")
+    delivered = context.metrics.delivered("sse")
     # The status as of the last event sent: on a shared store the session object is a copy
     # read when the request came, and the log's status changes are what keep it current.
     status = session.status
@@ -305,7 +305,7 @@ async def steps_stream(request: web.Request) -> web.StreamResponse:
         raise json_error(400, "Query parameter is required")
     check_length(context.settings, query, "query")
     after = await session.log.last_id()
-    delivered = context.metrics.events_delivered.labels("sse")
+    delivered = context.metrics.delivered("sse")
     async with context.stream_slot("sse", owner_of(request)):
         await context.runs.start(session, query)  # after the stream slot: a 429 starts nothing
         async with event_stream(request, context) as response:

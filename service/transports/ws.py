@@ -60,7 +60,7 @@ class Connection:
         self.ws = ws
         self.context = context
         self.owner = owner
-        self._delivered = context.metrics.events_delivered.labels("ws")
+        self._delivered = context.metrics.delivered("ws")
         settings = context.settings
         self.send_timeout = settings.ws_send_timeout_s
         self.outbox: Outbox[str] = Outbox(settings.ws_send_queue, self.send_timeout, on_full=self.close_slow)

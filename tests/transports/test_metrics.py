@@ -86,3 +86,21 @@ async def test_errors_and_cancels_are_counted_by_outcome(client: TestClient) -> 
         if name == "agentstream_runs_finished_total" and ("outcome", "error") in labels
     }
     assert sum(errors.values()) == 1, errors
+
+
+def test_delivered_events_are_counted_without_the_counter_until_a_scrape() -> None:
+    """Per-token counting is a plain tally: one per transport, added to the counter when scraped."""
+    from service.metrics import Metrics
+
+    metrics = Metrics()
+    sse = metrics.delivered("sse")
+    assert metrics.delivered("sse") is sse
+    for _ in range(5):
+        sse.inc()
+    metrics.delivered("ws").inc(3)
+    assert metrics.events_delivered.labels("sse")._value.get() == 0  # nothing through the lock yet
+    text = metrics.render().decode()
+    assert 'agentstream_events_delivered_total{transport="sse"} 5.0' in text
+    assert 'agentstream_events_delivered_total{transport="ws"} 3.0' in text
+    sse.inc(2)
+    assert 'agentstream_events_delivered_total{transport="sse"} 7.0' in metrics.render().decode()

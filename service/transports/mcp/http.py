@@ -247,7 +247,7 @@ async def _stream(request: web.Request, context: Context, response: Any, stream:
     mcp = stream.mcp
     # A priming event: the client has an id to resume from before any message.
     await response.send("", id=format_cursor(mcp.followed) or None, retry=settings.sse_retry_ms)
-    delivered = context.metrics.events_delivered.labels("mcp")
+    delivered = context.metrics.delivered("mcp")
     stream.start_all()
 
     async def write(items: list[Item]) -> bool:

@@ -221,7 +221,7 @@ class Tools:
             body = await poll(self.context, session, args.since_index, args.limit)
         except IndexAhead as exc:
             raise ToolFailed(str(exc)) from None
-        self.context.metrics.events_delivered.labels("mcp").inc(len(body["events"]))
+        self.context.metrics.delivered("mcp").inc(len(body["events"]))
         return {"session_id": session.id, **body}
 
     async def session_status(self, args: SessionArgs) -> dict[str, Any]:
