@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pydantic_core import from_json
+
 # Deeper than any request, message or tool input this service takes, far below the stack's limit.
 MAX_DEPTH = 64
 
@@ -25,10 +27,25 @@ class JsonTooDeep(ValueError):
         self.max_depth = max_depth
 
 
+def parse(data: str | bytes | bytearray) -> Any:
+    """``json.loads(data)``, read by pydantic's JSON parser where it can.
+
+    pydantic-core's parser (a dependency already) reads a model's chunk in a quarter of the time
+    ``json.loads`` takes, and a provider reads one per token. It gives what ``json.loads`` gives
+    for what both read (a property test holds it to that); what it refuses (bad JSON, but also
+    lone surrogates, nesting past 200 levels, UTF-16 bytes, a str it cannot encode) goes to ``json.loads``, whose answer
+    or error then stands, so nothing is accepted or refused differently.
+    """
+    try:
+        return from_json(data)
+    except (ValueError, TypeError):  # TypeError: a str it cannot encode (a lone surrogate in it)
+        return json.loads(data)
+
+
 def loads(data: str | bytes | bytearray, *, max_depth: int = MAX_DEPTH) -> Any:
     """``json.loads`` that raises :class:`JsonTooDeep` (a ``ValueError``) past ``max_depth``."""
     try:
-        value = json.loads(data)
+        value = parse(data)
     except RecursionError:
         raise JsonTooDeep(max_depth) from None
     # Counting brackets is cheap: a document with fewer than max_depth of them can't be too deep.
