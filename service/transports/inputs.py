@@ -105,9 +105,9 @@ async def read_object(request: web.Request, *, allow_empty: bool = False) -> dic
     if request.content_length is not None and request.content_length > limit:
         raise json_error(413, f"request body too large (limit {limit} bytes)", max_bytes=limit)
     raw = await request.read()  # aiohttp enforces client_max_size while reading a chunked body
-    if not raw.strip():
-        if allow_empty:
-            return {}
+    if not raw and allow_empty:
+        return {}
+    if not raw.strip():  # blank is not "no body": what sent it meant to send something
         raise json_error(400, "request body is empty; send a JSON object")
     try:
         data = jsonsafe.loads(raw)
