@@ -40,7 +40,7 @@ from service.core.admission import Admission
 from service.core.burst import Burst
 from service.core.events import Event, Sink
 from service.errors import ProviderError
-from service.providers.base import ModelRequest, TurnResult, alternate_roles, kept
+from service.providers.base import POOL_IDLE_S, ModelRequest, TurnResult, alternate_roles, kept
 from service.providers.bedrock_events import (
     FrameDecoder,
     delta_body,
@@ -198,7 +198,7 @@ class BedrockProvider:
             retries={"mode": "standard", "max_attempts": max_attempts},
             read_timeout=read_timeout,
             connect_timeout=connect_timeout,
-            connector_args={"socket_factory": _keepalive_socket},
+            connector_args={"socket_factory": _keepalive_socket, "keepalive_timeout": POOL_IDLE_S},
         )
         self._read_timeout = read_timeout
         self._client_kwargs: dict[str, Any] = {"region_name": region, "config": config, **(credentials or {})}

@@ -33,7 +33,7 @@ from service.core.burst import Burst
 from service.core.events import Event, Sink
 from service.errors import ProviderError
 from service.providers import upstream_json
-from service.providers.base import ModelRequest, TurnResult, parse_stream
+from service.providers.base import POOL_IDLE_S, ModelRequest, TurnResult, parse_stream
 from service.providers.openai_stream import DONE, OpenAIStreamParser, SSELineReader, decode_data
 
 __all__ = ["OpenAIProvider", "to_openai_messages", "to_openai_tools"]
@@ -280,7 +280,9 @@ class OpenAIProvider:
         # Made on first use so that it belongs to the loop the service runs in.
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self.max_concurrent_runs, limit_per_host=0),
+                connector=aiohttp.TCPConnector(
+                    limit=self.max_concurrent_runs, limit_per_host=0, keepalive_timeout=POOL_IDLE_S
+                ),
                 timeout=aiohttp.ClientTimeout(
                     total=None, connect=self.connect_timeout, sock_read=self.read_timeout
                 ),

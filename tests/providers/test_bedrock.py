@@ -18,7 +18,7 @@ from service.emulator import EmulatorConfig, create_emulator_app
 from service.emulator.eventstream import CONTENT_TYPE, encode_event, encode_message
 from service.emulator.server import RECORDS_KEY
 from service.errors import ProviderError
-from service.providers.base import ModelRequest, PendingToolUse, TurnResult
+from service.providers.base import POOL_IDLE_S, ModelRequest, PendingToolUse, TurnResult
 from service.providers.bedrock import BedrockProvider
 from service.providers.bedrock_stream import BedrockStreamParser
 
@@ -206,6 +206,17 @@ async def test_streams_in_flight_take_no_thread(emulated: tuple[Any, BedrockProv
     assert threading.active_count() == threads
     await asyncio.gather(*(stream.aclose() for stream in streams))
     assert provider.active_streams == 0
+
+
+async def test_the_pool_keeps_idle_connections_a_minute(emulated: tuple[Any, BedrockProvider]) -> None:
+    """aiobotocore closes a connection idle for 12 s: every query of a burst that comes a quarter
+    of a minute after the last would open (and with TLS, handshake) a connection again."""
+    _, provider = emulated
+    assert [e async for e in provider.stream(ModelRequest([{"role": "user", "content": [{"text": "hi"}]}]))]
+    client = await provider._get_client()
+    (session,) = client._endpoint.http_session._sessions.values()
+    assert session.connector._keepalive_timeout == POOL_IDLE_S >= 60
+    assert len(session.connector._conns) == 1  # the answer's connection, back in the pool
 
 
 async def test_padding_blobs_and_unknown_events_over_the_wire(

@@ -21,7 +21,7 @@ from service.emulator import EmulatorConfig, create_emulator_app
 from service.emulator.answers import answer_words
 from service.emulator.server import RECORDS_KEY
 from service.errors import ProviderError
-from service.providers.base import ModelRequest, TurnResult
+from service.providers.base import POOL_IDLE_S, ModelRequest, TurnResult
 from service.providers.openai import OpenAIProvider, to_openai_messages, to_openai_tools
 from service.providers.openai_stream import DONE, OpenAIStreamParser, SSELineReader, decode_data
 from tests.conftest import ClientFactory, services_of, sse_events, stream_agent
@@ -404,6 +404,8 @@ async def test_one_shared_session_sized_for_the_runs(provider: OpenAIProvider) -
     await asyncio.gather(collect(provider, "two [emu:tokens=1]"), collect(provider, "three [emu:tokens=1]"))
     assert provider._client() is session
     assert session.connector is not None and session.connector.limit == 7
+    # Idle connections stay a minute, not aiohttp's 15 s: bursts of queries apart reuse them.
+    assert session.connector._keepalive_timeout == POOL_IDLE_S >= 60
 
 
 async def test_http_errors_are_retried_before_the_first_token(
