@@ -82,8 +82,9 @@ async def healthz(request: web.Request) -> web.Response:
 async def start(app: web.Application) -> None:
     """Open the upstream connection pool and start the lag monitor.
 
-    No limit and no idle expiry (aiohttp's default drops a connection idle for 15 s), as botocore's
-    pool in the service: between its batches the relay waits while the other targets run.
+    No limit, and idle connections kept (aiohttp's default drops one idle for 15 s), as the
+    service's pool keeps them a minute: between its batches the relay waits while the other
+    targets run.
     """
     app[HTTP] = aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=3600),
