@@ -41,11 +41,9 @@ class _StateCollector(Collector):
 
 
 class Tally:
-    """Events written to clients over one transport since the last scrape.
-
-    ``inc`` is called per event on the write-through path (a token each): a plain count, added to
-    the transport's ``agentstream_events_delivered`` counter, and its lock, once per scrape.
-    """
+    """A count kept since the last scrape for a counter that moves per token (events logged,
+    events written over one transport): a plain integer per ``inc``, added to the counter, and
+    its lock, once per scrape."""
 
     __slots__ = ("_counter", "pending")
 
@@ -115,9 +113,7 @@ class Metrics:
         # run id -> its start, and (run id, tool use id) -> when the tool began
         self._run_started: dict[str, float] = {}
         self._tools_started: dict[tuple[str, str], float] = {}
-        # Events logged since the last scrape: a plain count per token, added to the counter (and
-        # its lock) once per scrape.
-        self._appended = 0
+        self._appended = Tally(self.events_appended)  # per token
         self._delivered: dict[str, Tally] = {}
 
     def track(self, name: str, help_text: str, read: Callable[[], float | None]) -> None:
@@ -133,9 +129,7 @@ class Metrics:
 
     def render(self) -> bytes:
         """The registry in Prometheus's text format."""
-        appended, self._appended = self._appended, 0
-        if appended:
-            self.events_appended.inc(appended)
+        self._appended.flush()
         for tally in self._delivered.values():
             tally.flush()
         return generate_latest(self.registry)
@@ -144,11 +138,11 @@ class Metrics:
 
     def run_started(self, run_id: str, appended: int) -> None:
         self.runs_started.inc()
-        self.events_appended.inc(appended)
+        self._appended.inc(appended)
         self._run_started[run_id] = time.monotonic()
 
     def event_logged(self, run_id: str, event: Event) -> None:
-        self._appended += 1
+        self._appended.inc()
         if isinstance(event, TextDelta):
             started = self._run_started.pop(run_id, None)
             if started is not None:
@@ -165,7 +159,7 @@ class Metrics:
                 self.tool_latency.labels(event.tool, outcome).observe(time.monotonic() - began)
 
     def run_finished(self, run_id: str, terminal: Event, appended: int) -> None:
-        self.events_appended.inc(appended)
+        self._appended.inc(appended)
         self._run_started.pop(run_id, None)
         for key in [key for key in self._tools_started if key[0] == run_id]:
             del self._tools_started[key]

@@ -22,7 +22,6 @@ botocore.
 
 from __future__ import annotations
 
-import json
 import struct
 import zlib
 from collections.abc import Callable
@@ -37,7 +36,8 @@ from botocore.eventstream import (
     InvalidPayloadLength,
     MessagePrelude,
 )
-from pydantic_core import from_json
+
+from service.jsonsafe import parse
 
 __all__ = [
     "Frame",
@@ -200,14 +200,10 @@ _DELTAS: dict[str, Callable[[Any], dict[str, Any] | None]] = {
 
 
 def _json(payload: bytes) -> Any:
-    """A frame's body as botocore reads it, ``json.loads(payload.decode("utf-8"))``: by pydantic's
-    JSON parser where it can (a quarter of the time, once per token), by that very call where it
-    cannot, so that what it refuses (a BOM, lone surrogates, bad UTF-8) gets botocore's answer
-    (see :func:`service.jsonsafe.parse`)."""
-    try:
-        return from_json(payload)
-    except ValueError:
-        return json.loads(payload.decode("utf-8"))
+    """A frame's body as botocore reads it, ``json.loads(payload.decode("utf-8"))``, through
+    :func:`service.jsonsafe.parse` (pydantic's parser where it reads it, ``json.loads`` for the
+    rest): bad UTF-8 and a BOM are botocore's errors still."""
+    return parse(payload.decode("utf-8"))
 
 
 def delta_body(frame: Frame) -> dict[str, Any] | None:
