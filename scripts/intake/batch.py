@@ -101,12 +101,17 @@ def figures(
     threads: int,
 ) -> dict[str, Any]:
     """A batch's figures from what the client saw and the emulator's records of what it wrote."""
-    added, jitter, late = [], [], []
+    added, jitter, late, upstream = [], [], [], []
     for run in runs:
+        record = records.get(run.message)
+        if record:
+            # The client sending the run's request to the emulator receiving the target's model
+            # request: the target's request handling and admission, which the first token's
+            # added time (counted from the emulator's first token on) leaves out.
+            upstream.append((record["started_at"] - run.started) * 1000)
         if not run.tokens:
             continue
         interval = 1000 / run.tps
-        record = records.get(run.message)
         if record and record.get("first_token_at"):
             # The client's first text event minus the emulator writing the first token.
             added.append((run.tokens[0] - record["first_token_at"]) * 1000)
@@ -120,6 +125,7 @@ def figures(
         "tokens_seen": tokens,
         "tokens_expected": len(runs) * cfg.tokens,
         "first_token_added_ms": spread(added),
+        "upstream_request_ms": spread(upstream),
         "jitter_ms": spread(jitter),
         "last_token_late_ms": spread(late),
         "loop_lag_ms": {q: lag[q] for q in ("p50", "p99", "max")},

@@ -13,12 +13,13 @@ from benchlib.stats import median, ratio
 from intake.batch import paced_batch, warm
 from intake.targets import BASELINE, CURRENT, RELAY, Config, open_targets
 
-SPREADS = ("first_token_added_ms", "jitter_ms", "last_token_late_ms", "loop_lag_ms")
+SPREADS = ("first_token_added_ms", "upstream_request_ms", "jitter_ms", "last_token_late_ms", "loop_lag_ms")
 SCALARS = ("cpu_us_per_token", "wall_s", "server_busy", "emulator_busy", "client_busy")
 # The figures the ratios compare: (key, quantile or None for a scalar).
 COMPARED = (
     ("first_token_added_ms", "p50"),
     ("first_token_added_ms", "p99"),
+    ("upstream_request_ms", "p99"),
     ("jitter_ms", "p99"),
     ("loop_lag_ms", "p99"),
     ("cpu_us_per_token", None),

@@ -11,6 +11,7 @@ HEADERS = [
     "runs target",
     "done",
     "1st token added ms p50/p99",
+    "to upstream ms p50/p99",
     "jitter p99 ms",
     "last token late p99 ms",
     "loop lag p99 ms",
@@ -22,6 +23,7 @@ HEADERS = [
 SHORT = {
     "first_token_added_ms p50": "1st p50",
     "first_token_added_ms p99": "1st p99",
+    "upstream_request_ms p99": "upstream p99",
     "jitter_ms p99": "jitter p99",
     "loop_lag_ms p99": "lag p99",
     "cpu_us_per_token": "CPU/token",
@@ -32,10 +34,12 @@ SHORT = {
 def row(n: str, name: str, v: dict[str, Any]) -> list[Any]:
     """One target's line."""
     added = v["first_token_added_ms"]
+    upstream = v.get("upstream_request_ms") or {"p50": None, "p99": None}
     return [
         f"{int(n):,} {name}",
         f"{v['done']}/{v['runs']}",
         f"{fmt(added['p50'], 2)}/{fmt(added['p99'])}",
+        f"{fmt(upstream['p50'])}/{fmt(upstream['p99'])}",
         v["jitter_ms"]["p99"],
         v["last_token_late_ms"]["p99"],
         v["loop_lag_ms"]["p99"],
