@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import aiohttp
 import urllib3.exceptions
@@ -100,19 +100,6 @@ class BedrockStreamParser:
         self.usage = Usage()
         self.latency_ms: int | None = None
         self._blocks: dict[int, Block] = {}
-        self._handlers: dict[str, Callable[[dict[str, Any]], list[Event]]] = {
-            "messageStart": self._on_message_start,
-            "contentBlockStart": self._on_block_start,
-            "contentBlockDelta": self._on_block_delta,
-            "contentBlockStop": self._on_block_stop,
-            "messageStop": self._on_message_stop,
-            "metadata": self._on_metadata,
-        }
-        self._delta_handlers: dict[str, Callable[[int, Any], list[Event]]] = {
-            "text": self._on_text_delta,
-            "toolUse": self._on_tool_input_delta,
-            "reasoningContent": self._on_reasoning_delta,
-        }
 
     # -- public API -------------------------------------------------------------------------
 
@@ -126,7 +113,7 @@ class BedrockStreamParser:
             handler = self._handlers.get(key)
             if handler is None:
                 continue  # a newer event kind than this parser knows: not worth failing a run
-            emitted.extend(handler(payload if isinstance(payload, dict) else {}))
+            emitted.extend(handler(self, payload if isinstance(payload, dict) else {}))
         return emitted
 
     def text(self, index: int, text: str) -> TextDelta | None:
@@ -210,7 +197,7 @@ class BedrockStreamParser:
         for kind, value in delta.items():
             handler = self._delta_handlers.get(kind)
             if handler is not None:  # citations, images and later kinds are not ours to render
-                emitted.extend(handler(index, value))
+                emitted.extend(handler(self, index, value))
         return emitted
 
     def _on_block_stop(self, payload: dict[str, Any]) -> list[Event]:
@@ -274,6 +261,23 @@ class BedrockStreamParser:
             chunk = redacted.encode() if isinstance(redacted, str) else bytes(redacted)
             block.redacted = (block.redacted or bytearray()) + chunk
         return emitted
+
+    # The handlers by event and by delta kind, as plain functions called with the parser: a dict
+    # of bound methods made per parser would tie each one (and the answer's blocks it holds) into a
+    # reference cycle that only the garbage collector frees, once per model turn.
+    _handlers: ClassVar[dict[str, Callable[..., list[Event]]]] = {
+        "messageStart": _on_message_start,
+        "contentBlockStart": _on_block_start,
+        "contentBlockDelta": _on_block_delta,
+        "contentBlockStop": _on_block_stop,
+        "messageStop": _on_message_stop,
+        "metadata": _on_metadata,
+    }
+    _delta_handlers: ClassVar[dict[str, Callable[..., list[Event]]]] = {
+        "text": _on_text_delta,
+        "toolUse": _on_tool_input_delta,
+        "reasoningContent": _on_reasoning_delta,
+    }
 
     # -- helpers ----------------------------------------------------------------------------
 

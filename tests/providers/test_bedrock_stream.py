@@ -6,7 +6,9 @@ events; botocore and aiohttp exceptions are built directly from their constructo
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
 from typing import Any
 
 import aiohttp
@@ -456,6 +458,34 @@ def test_no_metadata_means_zero_usage() -> None:
     _, result = run([message_start(), message_stop()])
     assert result.usage == Usage()
     assert result.latency_ms is None
+
+
+def test_a_parser_is_freed_when_dropped_without_the_garbage_collector() -> None:
+    # One parser per model turn: in a reference cycle, each would keep the answer's blocks until a
+    # collection, and every collection would have it to walk.
+    gc.disable()
+    try:
+        parser = BedrockStreamParser()
+        for event in [
+            message_start(),
+            text_delta(0, "Let me check."),
+            block_stop(0),
+            tool_start(1, "weather", "t1"),
+            tool_delta(1, '{"city": "Paris"}'),
+            block_stop(1),
+            reasoning_delta(2, text="hmm", signature="s"),
+            block_stop(2),
+            message_stop("tool_use"),
+            metadata(),
+        ]:
+            parser.feed(event)
+        parser.text(3, "more")
+        assert parser.result().tool_uses
+        dropped = weakref.ref(parser)
+        del parser
+        assert dropped() is None
+    finally:
+        gc.enable()
 
 
 # -- errors -----------------------------------------------------------------------------------
