@@ -95,6 +95,14 @@ def banner(message: str, settings: Settings) -> str:
     return message.replace("http://", f"agentstream ({settings.provider}) on http://")
 
 
+# The listening socket's queue of connections the kernel has accepted and the loop has not yet
+# taken. aiohttp's default is 128: a burst of new connections beyond it (a reconnecting load
+# balancer, a page of users after a deploy) had its SYNs dropped and retried by the clients after
+# 1, 3 and 7 s, so some first tokens came seconds late while the service sat half idle. The
+# kernel caps it at net.core.somaxconn (4,096 on current Linux); gunicorn's own default is 2,048.
+LISTEN_BACKLOG = 4096
+
+
 def serve(
     settings: Settings,
     *,
@@ -115,6 +123,7 @@ def serve(
         host=settings.host,
         port=settings.port,
         reuse_port=reuse_port or None,
+        backlog=LISTEN_BACKLOG,
         print=listening,
         **options,
     )

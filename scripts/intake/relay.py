@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(1, str(ROOT))
 from service.monitor import LoopLagMonitor  # noqa: E402
+from service.workers import LISTEN_BACKLOG  # noqa: E402
 
 UPSTREAM = web.AppKey("upstream", str)
 HTTP = web.AppKey("http", aiohttp.ClientSession)
@@ -118,6 +119,7 @@ def main() -> None:
         app,
         host="127.0.0.1",
         port=args.port,
+        backlog=LISTEN_BACKLOG,  # the service's own: a burst of connections is not dropped
         # One line once the socket listens (what a test waits for), flushed into a pipe.
         print=lambda message: print(message.splitlines()[0].strip("= "), flush=True),
         access_log=None,

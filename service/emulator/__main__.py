@@ -14,7 +14,7 @@ from aiohttp import web
 
 from service.emulator.records import DEFAULT_MAX_RECORDS
 from service.emulator.script import DEFAULT_ANSWER_TOKENS
-from service.emulator.server import EmulatorConfig, create_emulator_app
+from service.emulator.server import LISTEN_BACKLOG, EmulatorConfig, create_emulator_app
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -49,6 +49,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         create_emulator_app(config),
         host=args.host,
         port=args.port,
+        backlog=LISTEN_BACKLOG,
         handler_cancellation=True,
         shutdown_timeout=2.0,
         **kwargs,

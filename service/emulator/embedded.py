@@ -14,7 +14,7 @@ from types import TracebackType
 from aiohttp import web
 
 from service.emulator.records import RequestRecord
-from service.emulator.server import RECORDS_KEY, EmulatorConfig, create_emulator_app
+from service.emulator.server import LISTEN_BACKLOG, RECORDS_KEY, EmulatorConfig, create_emulator_app
 
 
 class EmbeddedEmulator:
@@ -107,7 +107,7 @@ class EmbeddedEmulator:
         )
         try:
             await runner.setup()
-            site = web.TCPSite(runner, self.host, self.port)
+            site = web.TCPSite(runner, self.host, self.port, backlog=LISTEN_BACKLOG)
             await site.start()
             self.port = runner.addresses[0][1]
         except BaseException as exc:
