@@ -56,6 +56,8 @@ log = logging.getLogger(__name__)
 
 CANCELLED = "cancelled"
 SHUTDOWN = "shutdown"
+# The events whose usage counts against the session and its owner's quota.
+_USAGE_EVENTS = frozenset({TurnCompleted, PlanCreated})
 
 
 @dataclass
@@ -330,13 +332,9 @@ class RunManager:
             self._logged_one(run, event)
 
     def _logged_one(self, run: Run, event: Event) -> None:
-        if type(event) is TextDelta:  # per token: what observe() does with it, and nothing else
-            run.progress.text_parts.append(event.text)
-            self._observer.event_logged(run.id, event)
-            return
         run.progress.observe(event)
         self._observer.event_logged(run.id, event)
-        if isinstance(event, TurnCompleted | PlanCreated):
+        if type(event) in _USAGE_EVENTS:  # one lookup per token, not a chain of isinstance
             session = run.session
             session.usage = session.usage + event.usage
             self._gate.used(session.owner, event.usage)
