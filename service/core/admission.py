@@ -21,8 +21,9 @@ import collections
 # Upstream requests per turn. Each costs about half a millisecond of the loop (aiobotocore's, and a
 # new connection's); at four per turn the turns that admitted 200 runs arriving together were the
 # loop lag's p99 at 200 paced runs (9-11 ms), at two it is 6-7 ms for the same CPU per token
-# (docs/benchmarks.md). One per turn lowers it to about 5 ms but makes a burst's last request
-# wait twice as many turns.
+# (docs/benchmarks.md). One per turn did not delay a burst's last request, but its lower loop lag
+# did not hold up with the order of the benchmark's targets swapped, and first tokens came later
+# at 500 runs.
 UPSTREAM_PER_TURN = 2
 
 
