@@ -34,8 +34,14 @@ OWNER_KEY = web.RequestKey("owner", str)
 TOKEN_COOKIE = "agentstream_token"
 PUBLIC_PATHS = frozenset({"/", "/healthz", "/favicon.ico", "/openapi.json"})
 PUBLIC_PREFIXES = ("/static/",)
-CORS_HEADERS = "Authorization, Content-Type, Last-Event-ID"
-CORS_METHODS = "GET, POST, DELETE, OPTIONS"
+# What a page on an allowed origin may send: the AI SDK, AG-UI and OpenAI clients send JSON with
+# a Bearer key; EventSource's reconnect sends Last-Event-ID; MCP's Streamable HTTP names its
+# session and protocol version in headers of its own.
+CORS_HEADERS = "Authorization, Content-Type, Accept, Last-Event-ID, Mcp-Session-Id, Mcp-Protocol-Version"
+CORS_METHODS = "GET, POST, PATCH, DELETE, OPTIONS"
+# What such a page's script may read of a reply: a 429's or 503's wait, the AI SDK's stream
+# marker, the MCP session's id, why a token was refused.
+CORS_EXPOSE = "Retry-After, x-vercel-ai-ui-message-stream, Mcp-Session-Id, WWW-Authenticate"
 ANONYMOUS = ""
 
 
@@ -147,9 +153,47 @@ def origin_allowed(request: web.Request, settings: Settings) -> bool:
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+def cors_headers(request: web.Request) -> dict[str, str] | None:
+    """The CORS headers a reply to ``request`` carries: None unless it comes from another
+    origin that AGENT_ALLOWED_ORIGINS lets in."""
+    origin = request.headers.get("Origin")
+    if origin is None or same_origin(request, origin):
+        return None
+    if not origin_allowed(request, request.app[SETTINGS_KEY]):
+        return None
+    return {
+        "Access-Control-Allow-Origin": origin,
+        "Access-Control-Allow-Credentials": "true",
+        "Access-Control-Expose-Headers": CORS_EXPOSE,
+    }
+
+
+async def add_cors(request: web.Request, response: web.StreamResponse) -> None:
+    """``on_response_prepare``: every reply to an allowed origin carries its CORS headers.
+
+    Added as the headers go out rather than after a handler returns, because most replies here
+    are streams whose headers leave inside the handler, and errors are answered by middlewares
+    outside this one (admission, errors): one place sees them all, streamed or not, success or
+    error, preflight or not.
+    """
+    if "Origin" not in request.headers:
+        return  # scripts and same-page requests without an Origin: nothing to add
+    cors = cors_headers(request)
+    if cors is None:
+        return
+    headers = response.headers
+    headers.update(cors)
+    vary = headers.get("Vary")
+    if vary is None:
+        headers["Vary"] = "Origin"
+    elif "origin" not in vary.lower():
+        headers["Vary"] = f"{vary}, Origin"
+
+
 @web.middleware
 async def access_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Origins and CORS first, then keys; sets the request's owner for the handlers."""
+    """Origins first (a preflight answered here), then keys; sets the request's owner for the
+    handlers. The CORS headers of every reply are added by :func:`add_cors`."""
     settings = request.app[SETTINGS_KEY]
     hosts = request.app[HOSTS_KEY]
     host = request.headers.get("Host")
@@ -157,23 +201,15 @@ async def access_middleware(request: web.Request, handler: Handler) -> web.Strea
     if hosts is not None and host is not None and host_name(host) not in hosts and request.path != "/healthz":
         return _json_error(403, f"host {host_name(host)!r} is not allowed; see AGENT_ALLOWED_HOSTS")
     origin = request.headers.get("Origin")
-    cors: dict[str, str] = {}
     if origin is not None and not same_origin(request, origin):
         if not origin_allowed(request, settings):
             if request.path == "/healthz":
                 return await handler(request)
             return _json_error(403, f"origin {origin} is not allowed")
-        cors = {
-            "Access-Control-Allow-Origin": origin,
-            "Access-Control-Allow-Credentials": "true",
-            "Vary": "Origin",
-            "Access-Control-Expose-Headers": "Retry-After",
-        }
         if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
             return web.Response(
                 status=204,
                 headers={
-                    **cors,
                     "Access-Control-Allow-Methods": CORS_METHODS,
                     "Access-Control-Allow-Headers": CORS_HEADERS,
                     "Access-Control-Max-Age": "600",
@@ -185,12 +221,9 @@ async def access_middleware(request: web.Request, handler: Handler) -> web.Strea
     else:
         owner = auth.authenticate(request)
         if owner is None:
-            return _json_error(401, "missing or invalid API key", {**cors, "WWW-Authenticate": "Bearer"})
+            return _json_error(401, "missing or invalid API key", {"WWW-Authenticate": "Bearer"})
         request[OWNER_KEY] = owner
-    response = await handler(request)
-    if cors and not response.prepared:
-        response.headers.update(cors)
-    return response
+    return await handler(request)
 
 
 async def issue_token(request: web.Request) -> web.Response:
@@ -227,4 +260,6 @@ def setup(app: web.Application, settings: Settings) -> None:
     app[AUTH_KEY] = Authenticator(settings.api_keys, settings.token_ttl_s)
     app[SETTINGS_KEY] = settings
     app[HOSTS_KEY] = settings.allowed_host_names()
+    if settings.allowed_origins:
+        app.on_response_prepare.append(add_cors)
     app.router.add_post("/auth/token", issue_token)
