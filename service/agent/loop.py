@@ -23,13 +23,14 @@ conversation could not carry their results.
 from __future__ import annotations
 
 import asyncio
+import math
 import random
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Callable, Collection
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.agent.context import ContextWindow
+from service.agent.context import ContextWindow, Window
 from service.agent.tools import ToolExecutor, ToolOutcome
 from service.core.approvals import Approver, Decision
 from service.core.events import (
@@ -109,11 +110,15 @@ class AgentLoop:
         options: RunOptions | None = None,
         approve: Approver | None = None,
         sink: Sink | None = None,
+        charge: Callable[[Usage], None] | None = None,
     ) -> AsyncIterator[Event]:
         """Append ``user_text`` to ``messages`` (unless ``options.resume``) and work until end of
         turn, max tokens, max turns, or a call to one of the client's tools; ``approve`` decides
         the tool calls that need approval (without it they are declined). The answer's text
-        deltas go to ``sink`` first, if the provider takes one; those it takes are not yielded."""
+        deltas go to ``sink`` first, if the provider takes one; those it takes are not yielded.
+        A model turn cancelled mid-answer reports no usage of its own, though it was billed:
+        ``charge`` is then told an estimate of it (see :meth:`_cut_short`) before the
+        cancellation goes on."""
         if self.provider is None:
             raise RuntimeError("the agent loop has no model provider yet")
         provider = self.provider
@@ -175,8 +180,10 @@ class AgentLoop:
             try:
                 async for event in self._stream_turn(provider, request, turn, current, sink=sink):
                     yield event
-            except BaseException:
+            except BaseException as stopped:
                 _close_conversation(messages, current)
+                if charge is not None and isinstance(stopped, asyncio.CancelledError):
+                    charge(self._cut_short(window, current))
                 raise
             if current.error is not None:
                 _close_conversation(messages, current)
@@ -274,6 +281,19 @@ class AgentLoop:
                 truncated=result.stop_reason == "max_tokens",
             )
             return
+
+    def _cut_short(self, window: Window, turn: _Turn) -> Usage:
+        """The usage of a model turn cancelled before its end, as Bedrock bills one: the whole
+        request's input and the output generated so far. The model reports usage only at a
+        stream's end, so both are estimated at the rate the context window has learned."""
+        if turn.result is not None:
+            return turn.result.usage  # the model had reported it: no estimate needed
+        output = math.ceil(sum(map(len, turn.seen)) * self.context.tokens_per_char)
+        return Usage(
+            input_tokens=window.estimated_tokens,
+            output_tokens=output,
+            total_tokens=window.estimated_tokens + output,
+        )
 
     def retry_delay(self, attempt: int) -> float:
         """Exponential backoff from ``backoff_s``, capped at ``backoff_max_s``, with full jitter

@@ -435,21 +435,30 @@ class RunManager:
         ``sink`` (and an agent that takes one), the text deltas it takes are not among them."""
         session = run.session
         desk = self.approvals
-        extra: dict[str, Any] = (
-            {"sink": sink} if sink is not None and getattr(self._agent, "takes_sink", False) else {}
-        )
-        if desk is None:
-            return self._agent.run(session.messages, run.message, run.max_turns, run.options, **extra)
+        extra: dict[str, Any] = {"charge": lambda usage: self._charge_cut_turn(run, usage)}
+        if sink is not None and getattr(self._agent, "takes_sink", False):
+            extra["sink"] = sink
+        if desk is not None:
 
-        async def approve(uses: Any) -> Any:
-            if committer is not None:
-                await committer.drain()  # the requests follow what the run logged before them
-            return await desk.ask(session, run.fence, uses, lambda events: self._logged(run, events))
+            async def approve(uses: Any) -> Any:
+                if committer is not None:
+                    await committer.drain()  # the requests follow what the run logged before them
+                return await desk.ask(session, run.fence, uses, lambda events: self._logged(run, events))
 
-        approver: Approver = approve
+            approver: Approver = approve
+            extra["approve"] = approver
         return self._agent.run(  # type: ignore[call-arg]
-            session.messages, run.message, run.max_turns, run.options, approve=approver, **extra
+            session.messages, run.message, run.max_turns, run.options, **extra
         )
+
+    def _charge_cut_turn(self, run: Run, usage: Usage) -> None:
+        """A model turn cancelled mid-answer: its usage (estimated by the agent) counts like a
+        finished turn's, in the run's ``done``, the session's total and the owner's quota."""
+        progress, session = run.progress, run.session
+        progress.turns += 1
+        progress.usage = progress.usage + usage
+        session.usage = session.usage + usage
+        self._gate.used(session.owner, usage)
 
     async def _finish(self, run: Run, terminal: Event) -> None:
         # Free the session before the terminal event is seen, so a client that reads `done`

@@ -23,7 +23,7 @@ class ScriptedAgent:
         self.started = asyncio.Event()
 
     async def run(
-        self, messages: list[dict[str, Any]], user_text: str, max_turns: int, options: Any = None
+        self, messages: list[dict[str, Any]], user_text: str, max_turns: int, options: Any = None, charge: Any = None
     ) -> AsyncIterator[Event]:
         messages.append({"role": "user", "content": [{"text": user_text}]})
         self.started.set()
@@ -160,6 +160,7 @@ class SinkAgent:
         max_turns: int,
         options: Any = None,
         sink: Any = None,
+        charge: Any = None,
     ) -> AsyncIterator[Event]:
         for text in self.texts:
             delta = TextDelta(text=text)

@@ -296,7 +296,8 @@ async def test_cancel_is_seen_by_every_subscriber(client: TestClient) -> None:
         statuses = [e["data"]["status"] for e in events if e["data"]["type"] == "status_change"]
         assert "cancelled" in statuses and types[-1] == "done"
         done = events[-1]["data"]
-        assert done["cancelled"] is True and done["usage"]["total_tokens"] > 0 and done["turns"] == 1
+        # The tool's turn, and the answer's turn the cancel cut short: both were billed.
+        assert done["cancelled"] is True and done["usage"]["total_tokens"] > 0 and done["turns"] == 2
         assert done["tool_calls"][0]["result"] == "12"
     assert (await services_of(client).sessions.get(session_id)).status == "idle"
     await send(client, session_id, "still usable [emu:tokens=2]")
@@ -505,3 +506,26 @@ async def test_an_sse_client_that_stops_reading_is_dropped_after_the_send_timeou
     await asyncio.wait_for(session.log.wait_subscribers(0), 20)
     assert (await services_of(client).sessions.get(session_id)).status in {"running", "idle"}
     sock.close()
+
+
+async def test_a_query_cancelled_mid_answer_reports_what_it_used(client: TestClient) -> None:
+    # The model reports a turn's usage only at its end; a cancel mid-answer still used (and is
+    # billed for) the whole request and the tokens generated so far.
+    session_id = await new_session(client)
+    await send(client, session_id, "Tell me a story [emu:tokens=500] [emu:tps=100]")
+    session = await services_of(client).sessions.get(session_id)
+    streamed = 0
+    async for batch in session.log.subscribe(0):
+        streamed += sum(entry.event.type == "text_delta" for entry in batch)
+        if streamed >= 10:
+            break
+    async with client.post(f"/sessions/{session_id}/cancel") as response:
+        assert (await response.json())["cancelled"] is True
+    events = await read_all(client, session_id, **{"Last-Event-ID": "0"})
+    done = events[-1]["data"]
+    assert done["type"] == "done" and done["cancelled"] is True
+    assert done["turns"] == 1
+    usage = done["usage"]
+    assert usage["input_tokens"] > 0 and usage["output_tokens"] >= 10
+    assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
+    assert session.usage.total_tokens == usage["total_tokens"]
