@@ -387,7 +387,7 @@ class RunManager:
             except RunLost as exc:
                 # Whoever stopped it (a lost claim, a deleted session) has said why.
                 log.info("run %s of session %s stopped without its end logged: %s", run.id, session.id, exc)
-                self._forget(run)
+                self._lost(run, exc)
                 return
             except StoreUnavailable as exc:
                 stopped = RunError(error=str(exc), code="store_unavailable", recoverable=True)
@@ -396,7 +396,7 @@ class RunManager:
             # Its claim expired (another instance ends the query as interrupted), or the session
             # itself is gone (deleted, or Redis lost its data): nothing more is the run's to log.
             log.warning("run %s of session %s stopped: %s", run.id, session.id, exc)
-            self._forget(run)
+            self._lost(run, exc)
         except StoreUnavailable as exc:
             # The shared log could not take the events for longer than the claim lives (the
             # store retried them until then): the query stops, and once the store is back its
@@ -408,6 +408,12 @@ class RunManager:
             await self._finish(
                 run, RunError(error="internal error", code="internal_error", turns=progress.turns)
             )
+
+    def _lost(self, run: Run, exc: RunLost) -> None:
+        """The run no longer holds its session (see :class:`RunLost`): it ends here without a
+        terminal event of its own, and is counted as ended all the same."""
+        self._forget(run)
+        self._observer.run_finished(run.id, RunError(error=str(exc), code="run_lost"), appended=0)
 
     def _ids_to_reserve(self, run: Run, taken: int) -> bool:
         """Whether the store must reserve more ids before the run's ``taken``-th event is logged."""

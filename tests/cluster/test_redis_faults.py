@@ -20,6 +20,7 @@ from service.errors import StoreUnavailable
 from service.store.redis import REDIS_CONNECTIONS, RedisBackend
 from tests.conftest import ClientFactory, services_of, sse_events
 from tests.support.redis_server import RedisServer, require_redis_server
+from tests.transports.test_metrics import scrape, value
 
 # AGENT_REDIS_DEADLINE_S's default: how long a store call may take before it is a 503.
 DEFAULT_DEADLINE_S = 2.0
@@ -263,5 +264,8 @@ async def test_a_redis_that_restarts_empty_mid_query_loses_the_session_with_a_wa
         if record.levelno == logging.WARNING and session_id in record.getMessage()
     ]
     assert len(lost) == 1 and "lost" in lost[0], lost
+    # The run ended, and the operator's count of ended runs says so.
+    samples = await scrape(client)
+    assert value(samples, "agentstream_runs_finished_total", outcome="error", code="run_lost") == 1
     # The service serves on.
     await query_done(client)
