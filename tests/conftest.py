@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import json
+import logging
 import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -116,6 +117,39 @@ def _forget_built_middlewares() -> Iterator[None]:
     cache = getattr(aiohttp.web_app, "_cached_build_middleware", None)
     if cache is not None:
         cache.cache_clear()
+
+
+class _Tracebacks(logging.Handler):
+    """Keeps the records that carry a traceback, from the service and from aiohttp's server."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info and record.exc_info[0] is not None and record.name.startswith(("service", "aiohttp")):
+            self.records.append(record)
+
+
+@pytest.fixture(autouse=True)
+def _no_traceback_in_the_service_log(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A traceback in the service's log is a fault of the service (a client's mistake, a
+    dependency down, a client gone are answered and logged on one line): every test fails on
+    one, unless it is marked ``traceback_expected`` because it provokes such a fault."""
+    handler = _Tracebacks()
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+    if handler.records and request.node.get_closest_marker("traceback_expected") is None:
+        first = handler.records[0]
+        pytest.fail(
+            f"{len(handler.records)} traceback(s) in the service log, the first from {first.name}: "
+            f"{first.getMessage()}\n{logging.Formatter().formatException(first.exc_info)}",  # type: ignore[arg-type]
+            pytrace=False,
+        )
 
 
 @pytest.fixture

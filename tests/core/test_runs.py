@@ -108,6 +108,7 @@ async def test_shutdown_ends_every_run_with_an_error() -> None:
         assert last.type == "error" and last.code == "shutdown" and last.recoverable
 
 
+@pytest.mark.traceback_expected  # an agent's bug is the service's own fault, logged whole
 async def test_an_agent_bug_becomes_an_error_event() -> None:
     runs = RunManager(ScriptedAgent(fail=True))
     session = await MemorySessionStore().create()
@@ -197,6 +198,7 @@ async def test_text_deltas_the_sink_takes_are_logged_in_order_with_the_rest() ->
     assert [e.id for e in entries] == list(range(1, len(entries) + 1))
 
 
+@pytest.mark.traceback_expected  # a log closed under its run, with no cancel first, is a bug
 async def test_a_closed_log_is_declined_by_the_sink_and_the_run_ends_as_before() -> None:
     agent = SinkAgent(["a", "b"])
     runs = RunManager(agent)
