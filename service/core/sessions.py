@@ -10,6 +10,7 @@ session, so that one query runs per session however many instances serve it.
 from __future__ import annotations
 
 import abc
+import hashlib
 import re
 import secrets
 import time
@@ -130,6 +131,14 @@ def valid_client_id(session_id: str) -> bool:
     return CLIENT_ID.fullmatch(session_id) is not None
 
 
+def scoped_id(client_id: str, owner: str) -> str:
+    """The id ``owner``'s session of ``client_id`` is kept under when another owner holds that
+    id: the id (cut to leave room) and a digest of both, within the 128 characters of a client
+    id. ``~`` is in no client's id, so no client can choose one of these."""
+    digest = hashlib.sha256(f"{owner}\0{client_id}".encode()).hexdigest()[:12]
+    return f"{client_id[:115]}~{digest}"
+
+
 class SessionStore(abc.ABC):
     """Where sessions live."""
 
@@ -146,17 +155,27 @@ class SessionStore(abc.ABC):
 
     async def get_owned(self, session_id: str, owner: str) -> Session:
         """The session if ``owner`` made it; :class:`SessionNotFound` otherwise, so that a
-        session's existence does not leak to other keys."""
-        session = await self.get(session_id)
-        if session.owner != owner:
-            raise SessionNotFound(session_id)
-        return session
+        session's existence does not leak to other keys. A client-chosen id another owner held
+        first names ``owner``'s own session of it (see :meth:`open`)."""
+        try:
+            session = await self.get(session_id)
+        except SessionNotFound:
+            session = None
+        if session is not None and session.owner == owner:
+            return session
+        if owner and valid_client_id(session_id):
+            session = await self.get(scoped_id(session_id, owner))
+            if session.owner == owner:
+                return session
+        raise SessionNotFound(session_id)
 
     async def open(self, session_id: str, owner: str) -> Session:
         """``owner``'s session of that (client-chosen) id, made on first use.
 
-        :class:`SessionNotFound` when another owner holds the id: its existence does not leak.
-        Two first uses at once make one session; the second reads the first's.
+        Client-chosen ids are per owner: when another owner holds the id, ``owner`` gets a
+        session of its own under :func:`scoped_id`, so nobody can take an id before its owner
+        uses it, and an id another key holds answers as a free one would. Two first uses at once
+        make one session; the second reads the first's.
         """
         try:
             return await self.get_owned(session_id, owner)
@@ -165,7 +184,17 @@ class SessionStore(abc.ABC):
         try:
             return await self.create(owner=owner, session_id=session_id)
         except SessionExists:
-            return await self.get_owned(session_id, owner)
+            pass
+        try:
+            return await self.get_owned(session_id, owner)  # made by a first use at the same moment
+        except SessionNotFound:
+            if not owner:
+                raise  # held by a key's owner while keys were on: not the anonymous caller's
+        scoped = scoped_id(session_id, owner)
+        try:
+            return await self.create(owner=owner, session_id=scoped)
+        except SessionExists:
+            return await self.get_owned(scoped, owner)
 
     @abc.abstractmethod
     async def delete(self, session_id: str) -> None:
