@@ -217,6 +217,9 @@ async def chat(request: web.Request) -> web.StreamResponse:
     body = await read_json(request, aisdk.ChatRequest)
     try:
         answers = aisdk.approvals_of(body.messages)
+    except ValueError as exc:
+        raise json_error(422, f"invalid request: messages.{exc}") from None
+    try:
         query = "" if answers else aisdk.query_of(body.messages)
     except ValueError as exc:
         raise json_error(422, f"invalid request: messages: {exc}") from None
@@ -237,12 +240,11 @@ async def chat(request: web.Request) -> web.StreamResponse:
 
 
 async def _chat_approved(
-    request: web.Request, context: Context, chat_id: str, answers: list[tuple[str, bool, str | None]]
+    request: web.Request, context: Context, chat_id: str, replies: list[tuple[str, ApprovalAnswer]]
 ) -> web.StreamResponse:
     """The chat's approval answers (``addToolApprovalResponse``): answered, then the rest of the
     query that waited for them."""
     session = await context.sessions.get_owned(chat_id, owner_of(request))
-    replies = [(approval_id, ApprovalAnswer(approved=ok, reason=why)) for approval_id, ok, why in answers]
     start = _query_start(session)
     await _answer_all(context, session, replies, "ai-sdk")
     wire = ai_sdk_wire()

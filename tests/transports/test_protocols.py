@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -13,7 +14,7 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient
 
-from tests.conftest import ClientFactory, sse_blocks, sse_events
+from tests.conftest import ClientFactory, services_of, sse_blocks, sse_events
 
 ALICE = {"Authorization": "Bearer key-alice"}
 BOB = {"Authorization": "Bearer key-bob"}
@@ -289,3 +290,72 @@ async def test_sse_events_helper_is_json(client: TestClient) -> None:
         events = [event async for event in sse_events(response)]
     assert events[0]["data"]["type"] == "RUN_STARTED" and events[-1]["data"]["type"] == "RUN_FINISHED"
     assert all("id" in event for event in events)
+
+
+# -- tool approvals through the protocols' own shapes -------------------------------------------
+
+TWO_SUMS = "Two sums [emu:tools=2]"
+
+
+@pytest.fixture
+async def approving(make_client: ClientFactory) -> TestClient:
+    return await make_client(tools_require_approval="calculator", approval_timeout_s=60)
+
+
+async def responses_logged(client: TestClient, session_id: str) -> list[Any]:
+    session = await services_of(client).sessions.get(session_id)
+    return [entry.event for entry in await session.log.read(0) if entry.event.type == "tool_approval_response"]
+
+
+async def chat_waiting(client: TestClient, chat_id: str, text: str = TWO_SUMS) -> list[dict[str, Any]]:
+    """A chat whose query waits on its approvals: their ``tool-approval-request`` parts."""
+    async with client.post("/api/chat", json=chat_body(chat_id, text)) as response:
+        assert response.status == 200
+        parts = [data for _, data in await ai_sdk_parts(response) if data != "[DONE]"]
+    assert parts[-1] == {"type": "finish", "finishReason": "tool-calls"}
+    return [part for part in parts if part["type"] == "tool-approval-request"]
+
+
+def chat_answers(chat_id: str, answers: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, Any]:
+    """The request ``addToolApprovalResponse`` leads to: each (request part, approval) answered."""
+    parts = [
+        {
+            "type": "dynamic-tool",
+            "toolName": "calculator",
+            "toolCallId": request["toolCallId"],
+            "state": "approval-responded",
+            "input": {},
+            "approval": {"id": request["approvalId"], **approval},
+        }
+        for request, approval in answers
+    ]
+    return {"id": chat_id, "messages": [{"id": "a1", "role": "assistant", "parts": parts}]}
+
+
+async def ag_ui_waiting(client: TestClient, thread_id: str, text: str = TWO_SUMS) -> list[dict[str, Any]]:
+    """A thread whose query waits on its approvals: the interrupts its run finished with."""
+    async with client.post("/ag-ui", json=agui_body(thread_id, text)) as response:
+        assert response.status == 200
+        events = [event["data"] async for event in sse_events(response)]
+    assert events[-1]["type"] == "RUN_FINISHED" and events[-1]["outcome"]["type"] == "interrupt"
+    return events[-1]["outcome"]["interrupts"]  # type: ignore[no-any-return]
+
+
+def ag_ui_resume(thread_id: str, answers: list[tuple[str, Any]]) -> dict[str, Any]:
+    resume = [{"interruptId": interrupt_id, "status": "resolved", "payload": payload} for interrupt_id, payload in answers]
+    return {**agui_body(thread_id, "unused"), "runId": "r2", "messages": [], "resume": resume}
+
+
+@pytest.mark.parametrize("reason", ["r" * 2001, "\ud800"], ids=["too long", "lone surrogate"])
+async def test_a_bad_reason_in_a_chat_answer_is_422_and_changes_nothing(
+    approving: TestClient, caplog: pytest.LogCaptureFixture, reason: str
+) -> None:
+    caplog.set_level(logging.WARNING)
+    first, second = await chat_waiting(approving, "bad-reason")
+    body = chat_answers("bad-reason", [(first, {"approved": True, "reason": reason}), (second, {"approved": True})])
+    async with approving.post("/api/chat", json=body) as response:
+        assert response.status == 422, await response.text()
+        error = (await response.json())["error"]
+    assert "reason" in error and "messages.0.parts.0.approval" in error
+    assert await responses_logged(approving, "bad-reason") == []
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
