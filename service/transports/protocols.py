@@ -14,7 +14,9 @@ A query that waits for tool approvals ends either stream the protocol's way (the
 awaiting approval, AG-UI's interrupt outcome) while it keeps waiting on the server; the client's
 next request carries the answers (AI SDK: tool parts ``approval-responded``; AG-UI: ``resume``),
 which are answered through :mod:`service.transports.approvals` like every other transport's, and
-gets the rest of the same query rather than starting a new one.
+gets the rest of the same query rather than starting a new one. Such a request answers the turn
+whole or not at all: every answer is checked before any is applied, and one that leaves some of
+the query's pending approvals out is a 409 naming them (the query could not go on with it).
 
 Stopping is ``POST /sessions/{id}/cancel``, whichever stream (first or resumed) a client reads.
 Each route reads the log through the one :class:`~service.transports.follow.Follower` path, as
@@ -34,7 +36,7 @@ from pydantic import ValidationError
 from service.core.events import StatusChange, ToolApprovalRequest, is_terminal
 from service.core.log import LogEntry
 from service.core.sessions import WAITING, Session, valid_client_id
-from service.errors import ApprovalError
+from service.errors import ApprovalError, ApprovalsUnanswered
 from service.transports import agui, aisdk, approvals, dialects
 from service.transports.auth import owner_of
 from service.transports.context import Context, context_of, session_of
@@ -178,12 +180,14 @@ async def _resume_from(session: Session, request: web.Request, wire: Wire) -> in
 async def _answer_all(
     context: Context, session: Session, answers: list[tuple[str, ApprovalAnswer]], by: str
 ) -> None:
-    """Answer each approval as every transport does; its refusal (404, 409, 422) is the reply."""
-    for approval_id, answer in answers:
-        try:
-            await approvals.answer(context, session, approval_id, answer, by)
-        except ApprovalError as exc:
-            raise json_error(exc.status, str(exc)) from None
+    """Answer the turn's approvals together, as every transport checks one; a refusal (404, 409,
+    422) is the reply, and then none of them is answered."""
+    try:
+        await approvals.answer_turn(context, session, answers, by)
+    except ApprovalsUnanswered as exc:
+        raise json_error(exc.status, str(exc), code=exc.code, unanswered=exc.unanswered) from None
+    except ApprovalError as exc:
+        raise json_error(exc.status, str(exc)) from None
 
 
 def _query_start(session: Session) -> int:

@@ -359,3 +359,50 @@ async def test_a_bad_reason_in_a_chat_answer_is_422_and_changes_nothing(
     assert "reason" in error and "messages.0.parts.0.approval" in error
     assert await responses_logged(approving, "bad-reason") == []
     assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
+
+
+async def test_a_chat_answer_is_all_or_nothing_and_answers_the_whole_turn(approving: TestClient) -> None:
+    first, second = await chat_waiting(approving, "chat-two")
+    # One of two answered: refused, naming the one left, and nothing applied.
+    async with approving.post("/api/chat", json=chat_answers("chat-two", [(first, {"approved": True})])) as response:
+        assert response.status == 409
+        refused = await response.json()
+    assert refused["unanswered"] == [second["approvalId"]] and second["approvalId"] in refused["error"]
+    # A good answer beside one that names no approval: the 404, and the good one not applied either.
+    unknown = {**second, "approvalId": "ap_nope"}
+    mixed = chat_answers("chat-two", [(first, {"approved": True}), (unknown, {"approved": True})])
+    async with approving.post("/api/chat", json=mixed) as response:
+        assert response.status == 404
+    assert await responses_logged(approving, "chat-two") == []
+    assert (await (await approving.get("/sessions/chat-two")).json())["status"] == "waiting"
+    both = chat_answers("chat-two", [(first, {"approved": True}), (second, {"approved": False})])
+    async with approving.post("/api/chat", json=both) as response:
+        assert response.status == 200
+        parts = [data for _, data in await ai_sdk_parts(response) if data != "[DONE]"]
+    assert {"type": "tool-output-denied", "toolCallId": second["toolCallId"]} in parts
+    assert any(p["type"] == "tool-output-available" and p["toolCallId"] == first["toolCallId"] for p in parts)
+    assert parts[-1]["type"] == "finish" and parts[-1]["finishReason"] == "stop"
+
+
+async def test_an_ag_ui_resume_is_all_or_nothing_and_answers_the_whole_turn(approving: TestClient) -> None:
+    first, second = await ag_ui_waiting(approving, "thread-two")
+    async with approving.post("/ag-ui", json=ag_ui_resume("thread-two", [(first["id"], {"approved": True})])) as response:
+        assert response.status == 409
+        refused = await response.json()
+    assert refused["unanswered"] == [second["id"]] and second["id"] in refused["error"]
+    mixed = ag_ui_resume("thread-two", [(first["id"], {"approved": True}), ("ap_nope", {"approved": True})])
+    async with approving.post("/ag-ui", json=mixed) as response:
+        assert response.status == 404
+    bad_input = ag_ui_resume(
+        "thread-two", [(first["id"], {"approved": True}), (second["id"], {"approved": True, "input": {"expression": 5}})]
+    )
+    async with approving.post("/ag-ui", json=bad_input) as response:
+        assert response.status == 422
+    assert await responses_logged(approving, "thread-two") == []
+    both = ag_ui_resume("thread-two", [(first["id"], {"approved": True}), (second["id"], {"approved": True})])
+    async with approving.post("/ag-ui", json=both) as response:
+        assert response.status == 200
+        events = [event["data"] async for event in sse_events(response)]
+    assert events[0]["type"] == "RUN_STARTED" and events[-1]["type"] == "RUN_FINISHED"
+    assert [e["content"] for e in events if e["type"] == "TOOL_CALL_RESULT"] == ["2", "4"]
+    assert len(await responses_logged(approving, "thread-two")) == 2
