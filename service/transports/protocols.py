@@ -3,8 +3,9 @@
 - ``POST /api/chat``: ``DefaultChatTransport``'s body; the chat ``id`` names the caller's
   session (made on first use), the last user message is the new query; the reply is the query's
   UI message stream (:mod:`service.transports.aisdk`).
-- ``GET /api/chat/{id}/stream``: ``useChat``'s resume; 204 when no query runs, else the running
-  query from its first event (from after ``Last-Event-ID`` when one is sent).
+- ``GET /api/chat/{id}/stream``: ``useChat``'s resume; 204 when no query runs (a chat not posted
+  yet included), else the running query from its first event (from after ``Last-Event-ID`` when
+  one is sent); 404 only for another owner's chat.
 - ``POST /ag-ui``: a ``RunAgentInput``; ``threadId`` names the session as above; the reply is the
   query's AG-UI events (:mod:`service.transports.agui`).
 - ``GET /ag-ui/{threadId}/events``: the running query's AG-UI events again, after
@@ -36,7 +37,7 @@ from pydantic import ValidationError
 from service.core.events import StatusChange, ToolApprovalRequest, is_terminal
 from service.core.log import LogEntry
 from service.core.sessions import WAITING, Session, valid_client_id
-from service.errors import ApprovalError, ApprovalsUnanswered
+from service.errors import ApprovalError, ApprovalsUnanswered, SessionNotFound
 from service.transports import agui, aisdk, approvals, dialects
 from service.transports.auth import owner_of
 from service.transports.context import Context, context_of, session_of
@@ -259,8 +260,20 @@ async def _chat_approved(
 
 
 async def chat_stream(request: web.Request) -> web.StreamResponse:
-    """``GET /api/chat/{id}/stream``: the running query again (``useChat``'s resume); 204 when none runs."""
-    context, session = await session_of(request)
+    """``GET /api/chat/{id}/stream``: the running query again (``useChat``'s resume); 204 when none
+    runs, also for a chat not posted yet, since ``useChat({resume: true})`` asks on every mount,
+    a new chat's included; 404 for another owner's chat, or an id no chat can have."""
+    context = context_of(request)
+    chat_id = request.match_info["session_id"]
+    if not valid_client_id(chat_id):
+        raise SessionNotFound(chat_id)
+    try:
+        session = await context.sessions.get(chat_id)
+    except SessionNotFound:
+        last_event_id(request)  # a bad one is a 400 here too
+        return web.Response(status=204)
+    if session.owner != owner_of(request):
+        raise SessionNotFound(chat_id)
     wire = ai_sdk_wire()
     after = await _resume_from(session, request, wire)
     if after is None:

@@ -139,9 +139,32 @@ async def test_resume_routes_answer_204_when_nothing_runs(client: TestClient) ->
     for path in ("/api/chat/idle/stream", "/ag-ui/idle/events"):
         async with client.get(path) as response:
             assert response.status == 204
-    for path in ("/api/chat/nope/stream", "/ag-ui/nope/events"):
-        async with client.get(path) as response:
-            assert response.status == 404
+    async with client.get("/ag-ui/nope/events") as response:
+        assert response.status == 404
+
+
+async def test_chat_resume_of_a_chat_not_posted_yet_is_204_but_another_keys_is_404(
+    make_client: ClientFactory,
+) -> None:
+    """``useChat({resume: true})`` asks on every mount, a new chat's included."""
+    client = await make_client(api_keys=["key-alice", "key-bob"])
+    async with client.get("/api/chat/fresh/stream", headers=ALICE) as response:
+        assert response.status == 204
+    async with client.get("/sessions/fresh", headers=ALICE) as response:
+        assert response.status == 404  # asking made nothing
+    async with client.get("/api/chat/fresh/stream", headers={**ALICE, "Last-Event-ID": "x"}) as response:
+        assert response.status == 400
+    async with client.get("/api/chat/a%20b/stream", headers=ALICE) as response:
+        assert response.status == 404  # no chat can have that id
+    async with client.post("/api/chat", json=chat_body("fresh", "hello"), headers=ALICE) as response:
+        await response.read()
+    async with client.get("/api/chat/fresh/stream", headers=ALICE) as response:
+        assert response.status == 204
+    async with client.get("/api/chat/fresh/stream", headers=BOB) as response:
+        assert response.status == 404
+        assert await response.json() == {"error": "Session not found"}
+    async with client.get("/api/chat/fresh/stream") as response:
+        assert response.status == 401
 
 
 async def test_resume_after_last_event_id_continues_the_open_blocks(make_client: ClientFactory) -> None:
