@@ -17,7 +17,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from service.core.events import ToolApprovalResponse
-from service.core.sessions import APPROVED, CLOSED, PENDING, Session
+from service.core.sessions import APPROVED, CLOSED, EXPIRED, PENDING, Session
 from service.errors import (
     ApprovalConflict,
     ApprovalError,
@@ -59,6 +59,10 @@ def _settled(state: str, approval_id: str, approved: bool) -> None:
     it is the answer already taken (a retried request)."""
     if state == CLOSED:
         raise ApprovalConflict("the approval is no longer pending: its query ended before it was answered")
+    if state == EXPIRED:
+        raise ApprovalConflict(
+            "the approval expired before it was answered: it was denied with the reason 'expired'"
+        )
     if (state == APPROVED) == approved:
         return
     earlier = "approved" if state == APPROVED else "denied"
