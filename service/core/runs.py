@@ -438,7 +438,8 @@ class RunManager:
         extra: dict[str, Any] = (
             {"sink": sink} if sink is not None and getattr(self._agent, "takes_sink", False) else {}
         )
-        if desk is None:
+        if desk is None or (run.options is not None and not run.options.approvals):
+            # Without an approver the agent declines the calls that need one, and says why.
             return self._agent.run(session.messages, run.message, run.max_turns, run.options, **extra)
 
         async def approve(uses: Any) -> Any:

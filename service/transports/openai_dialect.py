@@ -194,6 +194,9 @@ def to_query(body: ChatCompletionRequest) -> Query:
             system="\n\n".join(system),
             max_tokens=body.max_completion_tokens or body.max_tokens,
             resume=isinstance(last, ChatToolMessage),
+            # Chat Completions has no way to ask its client for a tool approval, and the query's
+            # short-lived session is no one else's to answer: such a call is declined at once.
+            approvals=False,
         ),
     )
 
