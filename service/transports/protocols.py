@@ -291,6 +291,12 @@ async def ag_ui_run(request: web.Request) -> web.StreamResponse:
     body = await read_json(request, RunAgentInput)
     if not valid_client_id(body.thread_id):
         raise json_error(422, f"invalid request: threadId: {CLIENT_ID_RULE}")
+    try:
+        body.run_id.encode("utf-8")  # echoed in RUN_STARTED / RUN_FINISHED: refused before any stream
+    except UnicodeEncodeError:
+        raise json_error(
+            422, "invalid request: runId: must be valid Unicode text (no lone surrogates)"
+        ) from None
     if body.resume:
         answers = _resume_answers(body)
         async with context.stream_slot("ag-ui", owner_of(request)):
