@@ -23,13 +23,13 @@ from service.core.events import (
 from service.core.log import LogEntry, entry_bytes
 from service.core.records import SessionRecord
 from service.core.sessions import (
-    answered_state,
     IDLE,
     PENDING,
     RUNNING,
     MemorySessionStore,
     Session,
     SessionStore,
+    answered_state,
     new_session_id,
     session_quota_exceeded,
 )

@@ -118,7 +118,9 @@ def approvals_of(messages: list[UIMessage]) -> list[tuple[str, ApprovalAnswer]]:
         where = f"{last}.parts.{number}.approval"
         approval = part.get("approval")
         if not (isinstance(approval, dict) and isinstance(approval.get("id"), str)):
-            raise ValueError(f"{where}: an approval-responded tool part needs approval.id and approval.approved")
+            raise ValueError(
+                f"{where}: an approval-responded tool part needs approval.id and approval.approved"
+            )
         fields = {name: approval[name] for name in ("approved", "reason") if approval.get(name) is not None}
         try:
             answers.append((approval["id"], ApprovalAnswer.model_validate(fields)))

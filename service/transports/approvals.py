@@ -5,7 +5,9 @@
 fits the tool's input schema) and handed to the store, which logs it only if the approval is still
 pending, in one step however many instances answer at once; the run that waits reads it from
 the session's log (:mod:`service.core.approvals`). The same answer again is accepted (a retried
-request); a different one, or one for a query that has ended, is a conflict.
+request); a different one, or one for a query that has ended or an approval that has expired,
+is a conflict. A protocol's resume answers a query's approvals together
+(:func:`answer_turn`): all of them, each checked before any is logged, or none.
 """
 
 from __future__ import annotations

@@ -178,7 +178,12 @@ def to_query(body: ChatCompletionRequest) -> Query:
                 results = []
                 out.append({"role": "user", "content": results})
             results.append(
-                {"toolResult": {"toolUseId": ours, "content": [{"text": text if text.strip() else NO_OUTPUT}]}}
+                {
+                    "toolResult": {
+                        "toolUseId": ours,
+                        "content": [{"text": text if text.strip() else NO_OUTPUT}],
+                    }
+                }
             )
     last = body.messages[-1]
     if pending or not isinstance(last, ChatUserMessage | ChatToolMessage):

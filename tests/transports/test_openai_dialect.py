@@ -114,7 +114,13 @@ def test_thousands_of_tool_results_keep_their_turns_and_order() -> None:
         *({"role": "tool", "tool_call_id": call_id, "content": f"r{n}"} for n, call_id in enumerate(second)),
     ]
     query = to_query(request(messages))
-    assert [message["role"] for message in query.messages] == ["user", "assistant", "user", "assistant", "user"]
+    assert [message["role"] for message in query.messages] == [
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+    ]
     answered = query.messages[2]["content"]
     assert [block["toolResult"]["toolUseId"] for block in answered] == list(reversed(first))
     assert [block["toolResult"]["content"] for block in answered] == [[{"text": i}] for i in reversed(first)]

@@ -327,7 +327,9 @@ async def approving(make_client: ClientFactory) -> TestClient:
 
 async def responses_logged(client: TestClient, session_id: str) -> list[Any]:
     session = await services_of(client).sessions.get(session_id)
-    return [entry.event for entry in await session.log.read(0) if entry.event.type == "tool_approval_response"]
+    return [
+        entry.event for entry in await session.log.read(0) if entry.event.type == "tool_approval_response"
+    ]
 
 
 async def chat_waiting(client: TestClient, chat_id: str, text: str = TWO_SUMS) -> list[dict[str, Any]]:
@@ -365,7 +367,10 @@ async def ag_ui_waiting(client: TestClient, thread_id: str, text: str = TWO_SUMS
 
 
 def ag_ui_resume(thread_id: str, answers: list[tuple[str, Any]]) -> dict[str, Any]:
-    resume = [{"interruptId": interrupt_id, "status": "resolved", "payload": payload} for interrupt_id, payload in answers]
+    resume = [
+        {"interruptId": interrupt_id, "status": "resolved", "payload": payload}
+        for interrupt_id, payload in answers
+    ]
     return {**agui_body(thread_id, "unused"), "runId": "r2", "messages": [], "resume": resume}
 
 
@@ -375,7 +380,9 @@ async def test_a_bad_reason_in_a_chat_answer_is_422_and_changes_nothing(
 ) -> None:
     caplog.set_level(logging.WARNING)
     first, second = await chat_waiting(approving, "bad-reason")
-    body = chat_answers("bad-reason", [(first, {"approved": True, "reason": reason}), (second, {"approved": True})])
+    body = chat_answers(
+        "bad-reason", [(first, {"approved": True, "reason": reason}), (second, {"approved": True})]
+    )
     async with approving.post("/api/chat", json=body) as response:
         assert response.status == 422, await response.text()
         error = (await response.json())["error"]
@@ -384,10 +391,15 @@ async def test_a_bad_reason_in_a_chat_answer_is_422_and_changes_nothing(
     assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
 
 
-async def test_a_chat_answer_is_all_or_nothing_and_answers_the_whole_turn(approving: TestClient) -> None:
+async def test_a_chat_answer_is_all_or_nothing_and_answers_the_whole_turn(
+    approving: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
     first, second = await chat_waiting(approving, "chat-two")
     # One of two answered: refused, naming the one left, and nothing applied.
-    async with approving.post("/api/chat", json=chat_answers("chat-two", [(first, {"approved": True})])) as response:
+    async with approving.post(
+        "/api/chat", json=chat_answers("chat-two", [(first, {"approved": True})])
+    ) as response:
         assert response.status == 409
         refused = await response.json()
     assert refused["unanswered"] == [second["approvalId"]] and second["approvalId"] in refused["error"]
@@ -405,11 +417,17 @@ async def test_a_chat_answer_is_all_or_nothing_and_answers_the_whole_turn(approv
     assert {"type": "tool-output-denied", "toolCallId": second["toolCallId"]} in parts
     assert any(p["type"] == "tool-output-available" and p["toolCallId"] == first["toolCallId"] for p in parts)
     assert parts[-1]["type"] == "finish" and parts[-1]["finishReason"] == "stop"
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
 
 
-async def test_an_ag_ui_resume_is_all_or_nothing_and_answers_the_whole_turn(approving: TestClient) -> None:
+async def test_an_ag_ui_resume_is_all_or_nothing_and_answers_the_whole_turn(
+    approving: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
     first, second = await ag_ui_waiting(approving, "thread-two")
-    async with approving.post("/ag-ui", json=ag_ui_resume("thread-two", [(first["id"], {"approved": True})])) as response:
+    async with approving.post(
+        "/ag-ui", json=ag_ui_resume("thread-two", [(first["id"], {"approved": True})])
+    ) as response:
         assert response.status == 409
         refused = await response.json()
     assert refused["unanswered"] == [second["id"]] and second["id"] in refused["error"]
@@ -417,7 +435,8 @@ async def test_an_ag_ui_resume_is_all_or_nothing_and_answers_the_whole_turn(appr
     async with approving.post("/ag-ui", json=mixed) as response:
         assert response.status == 404
     bad_input = ag_ui_resume(
-        "thread-two", [(first["id"], {"approved": True}), (second["id"], {"approved": True, "input": {"expression": 5}})]
+        "thread-two",
+        [(first["id"], {"approved": True}), (second["id"], {"approved": True, "input": {"expression": 5}})],
     )
     async with approving.post("/ag-ui", json=bad_input) as response:
         assert response.status == 422
@@ -429,3 +448,4 @@ async def test_an_ag_ui_resume_is_all_or_nothing_and_answers_the_whole_turn(appr
     assert events[0]["type"] == "RUN_STARTED" and events[-1]["type"] == "RUN_FINISHED"
     assert [e["content"] for e in events if e["type"] == "TOOL_CALL_RESULT"] == ["2", "4"]
     assert len(await responses_logged(approving, "thread-two")) == 2
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
