@@ -12,6 +12,7 @@
      ├── ApprovalError          a tool approval cannot be answered so
      │    ├── ApprovalNotFound     no such approval in the session (404)
      │    ├── ApprovalConflict     answered otherwise already, or its query ended (409)
+     │    │    └── ApprovalsUnanswered  a turn's answers leave some of its approvals out (409)
      │    └── ApprovalInputInvalid an edited input that the tool's schema refuses (422)
      ├── Overloaded             the instance runs as many queries as it may
      │    └── StreamLimitReached  it holds as many open streams as it may
@@ -87,6 +88,19 @@ class ApprovalConflict(ApprovalError):
 
     status = 409
     code = "conflict"
+
+
+class ApprovalsUnanswered(ApprovalConflict):
+    """Answers to some of a turn's approvals sent as the whole turn's (a protocol's resume), with
+    others of that turn still pending: ``unanswered`` names them."""
+
+    code = "unanswered"
+
+    def __init__(self, unanswered: list[str]) -> None:
+        super().__init__(
+            f"every approval the query waits on must be answered together; unanswered: {', '.join(unanswered)}"
+        )
+        self.unanswered = unanswered
 
 
 class ApprovalInputInvalid(ApprovalError):

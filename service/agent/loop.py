@@ -53,6 +53,8 @@ from service.core.options import RunOptions
 from service.errors import ModelStreamError, ProviderError
 from service.providers.base import ModelProvider, ModelRequest, PendingToolUse, TurnResult
 
+# Who "answers" a call that needs approval when the query has no approver: nobody can.
+NO_APPROVER = "no_approver"
 PLANNING_PROMPT = (
     "Before acting, write a short numbered plan for answering the user's last message. "
     "Do not answer it yet and do not call tools."
@@ -360,10 +362,7 @@ class AgentLoop:
         if not asking:
             return {}
         if approve is None:
-            return {
-                use.tool_use_id: Decision(approved=False, reason="no one can approve it here")
-                for use in asking
-            }
+            return {use.tool_use_id: Decision(approved=False, by=NO_APPROVER) for use in asking}
         return await approve(
             [
                 ToolUse(tool=use.tool, tool_use_id=use.tool_use_id, input=use.input, turn=turn)
@@ -416,6 +415,11 @@ class AgentLoop:
 
 
 def _declined(decision: Decision) -> str:
+    if decision.by == NO_APPROVER:
+        return (
+            "This tool needs a person's approval before it runs, and no one can give it where this "
+            "query was asked, so it did not run. Answer without it."
+        )
     reason = decision.reason.strip() or "no reason given"
     return f"The user declined this tool call, so it did not run (reason: {reason})."
 

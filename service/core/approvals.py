@@ -27,7 +27,15 @@ from typing import Any, Protocol
 
 from service.core.events import Event, ToolApprovalRequest, ToolApprovalResponse, ToolUse
 from service.core.log import LogEntry
-from service.core.sessions import RUNNING, WAITING, Session, SessionStore, answer_locally, open_locally
+from service.core.sessions import (
+    BY_TIMEOUT,
+    RUNNING,
+    WAITING,
+    Session,
+    SessionStore,
+    answer_locally,
+    open_locally,
+)
 from service.errors import RunLost
 
 EXPIRED = "expired"
@@ -161,7 +169,7 @@ class ApprovalDesk:
                     await self.answer(
                         session,
                         ToolApprovalResponse(
-                            approval_id=approval_id, approved=False, reason=EXPIRED, by="timeout"
+                            approval_id=approval_id, approved=False, reason=EXPIRED, by=BY_TIMEOUT
                         ),
                     )
             await follower

@@ -24,12 +24,16 @@ class RunOptions:
     - ``max_tokens``: the most output tokens a model turn may take, below the service's limit.
     - ``resume``: the conversation already ends with the user's turn (the results of client
       tools); the query adds no text of its own and the model answers that turn.
+    - ``approvals``: False when nobody can answer a tool approval for this query (the client's
+      protocol has no way to): a call that needs one is declined at once, its error result
+      telling the model why, rather than waiting until ``AGENT_APPROVAL_TIMEOUT_S``.
     """
 
     client_tools: tuple[dict[str, Any], ...] = ()
     system: str = ""
     max_tokens: int | None = None
     resume: bool = False
+    approvals: bool = True
 
     @property
     def client_tool_names(self) -> frozenset[str]:

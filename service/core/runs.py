@@ -444,7 +444,8 @@ class RunManager:
         extra: dict[str, Any] = {"charge": lambda usage: self._charge_cut_turn(run, usage)}
         if sink is not None and getattr(self._agent, "takes_sink", False):
             extra["sink"] = sink
-        if desk is not None:
+        # Without an approver the agent declines the calls that need one, and says why.
+        if desk is not None and (run.options is None or run.options.approvals):
 
             async def approve(uses: Any) -> Any:
                 if committer is not None:

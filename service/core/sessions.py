@@ -31,7 +31,17 @@ WAITING = "waiting"  # the query waits for a person to approve a tool call
 ACTIVE = frozenset({RUNNING, WAITING})
 
 # The states of a tool approval, as the stores keep them (short: Redis keeps one per approval).
-PENDING, APPROVED, DENIED, CLOSED = "p", "1", "0", "x"
+PENDING, APPROVED, DENIED, CLOSED, EXPIRED = "p", "1", "0", "x", "e"
+# Who answers an approval nobody answered in time (the answer is a denial).
+BY_TIMEOUT = "timeout"
+
+
+def answered_state(response: ToolApprovalResponse) -> str:
+    """The state an answer leaves its approval in: an expiry's denial is kept apart from a
+    person's, so that a late answer is told it came too late rather than taken as a repeat."""
+    if response.by == BY_TIMEOUT:
+        return EXPIRED
+    return APPROVED if response.approved else DENIED
 
 
 @dataclass
@@ -54,7 +64,7 @@ class Session:
     # Once the query in flight has logged this id, it reserves more ids (0: it need not; see
     # SessionStore.reserve_ids).
     ids_renew_at: int = 0
-    # Tool approvals by id: their state (PENDING, APPROVED, DENIED, or CLOSED once the query that
+    # Tool approvals by id: their state (PENDING, APPROVED, DENIED, EXPIRED, or CLOSED once the query that
     # asked ended unanswered), and the requests still pending.
     approvals: dict[str, str] = field(default_factory=dict)
     approval_requests: dict[str, ToolApprovalRequest] = field(default_factory=dict)
@@ -91,11 +101,11 @@ async def open_locally(
 
 def answer_locally(session: Session, response: ToolApprovalResponse) -> str | None:
     """Take ``response`` if its approval is pending (then None, and the caller logs it); else the
-    approval's state as it stands (APPROVED, DENIED, CLOSED), or None with nothing known of it."""
+    approval's state as it stands (APPROVED, DENIED, EXPIRED, CLOSED), or "" with nothing known of it."""
     state = session.approvals.get(response.approval_id)
     if state != PENDING:
         return state or ""
-    session.approvals[response.approval_id] = APPROVED if response.approved else DENIED
+    session.approvals[response.approval_id] = answered_state(response)
     session.approval_requests.pop(response.approval_id, None)
     return None
 
@@ -246,7 +256,8 @@ class SessionStore(abc.ABC):
     async def answer_approval(self, session: Session, response: ToolApprovalResponse) -> str | None:
         """Log ``response`` if its approval is still pending, checked and logged in one step
         whichever instance answers, so an approval is answered once. Returns None when it was
-        taken; otherwise the approval's state (APPROVED, DENIED, CLOSED), or "" for an unknown id."""
+        taken; otherwise the approval's state (APPROVED, DENIED, EXPIRED, CLOSED), or "" for an
+        unknown id."""
         state = answer_locally(session, response)
         if state is None:
             await session.log.append(response)

@@ -5,7 +5,7 @@ Keys of a session (``P`` is ``AGENT_REDIS_PREFIX``):
 - ``P:s:<id>``      hash: owner, conversation, usage, status, the running query, ``last_id``,
   ``bytes`` (the log's kept size), ``tok`` (the last append's token, for safe retries), ``fin``
   (the claim of the last query that finished, so a retried finish is known); per tool approval
-  ``ap:<approval id>`` its state (``p`` pending, ``1`` approved, ``0`` denied, ``x`` closed: its
+  ``ap:<approval id>`` its state (``p`` pending, ``1`` approved, ``0`` denied, ``e`` expired, ``x`` closed: its
   query ended unanswered) and, while pending, ``aq:<approval id>`` the request's JSON; ``apl``
   the running query's approval ids, space-separated, for closing them when it ends
 - ``P:s:<id>:log``  stream: one entry per event with the id ``<n>-0`` (``n`` is the event's
@@ -244,8 +244,8 @@ return id
 """
 )
 
-# KEYS meta, log   ARGV approval id, approved ('1' or '0'), response json, ts, size, max_bytes
-# -> 'ok' when this answer was taken (and logged), else the approval's state ('1', '0', 'x'), or
+# KEYS meta, log   ARGV approval id, the state it leaves ('1', '0', 'e'), response json, ts, size, max_bytes
+# -> 'ok' when this answer was taken (and logged), else the approval's state ('1', '0', 'e', 'x'), or
 # '' for an id the session never had. Checked and logged in one step: answered once, anywhere.
 ANSWER = (
     _APPEND

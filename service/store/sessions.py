@@ -23,14 +23,13 @@ from service.core.events import (
 from service.core.log import LogEntry, entry_bytes
 from service.core.records import SessionRecord
 from service.core.sessions import (
-    APPROVED,
-    DENIED,
     IDLE,
     PENDING,
     RUNNING,
     MemorySessionStore,
     Session,
     SessionStore,
+    answered_state,
     new_session_id,
     session_quota_exceeded,
 )
@@ -292,7 +291,7 @@ class RedisSessionStore(SessionStore):
         raw = response.model_dump_json()
         args = [
             response.approval_id,
-            APPROVED if response.approved else DENIED,
+            answered_state(response),
             raw,
             f"{time.time():.6f}",
             entry_bytes(len(raw)),

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from service.core.events import (
     Event,
@@ -49,6 +49,7 @@ from service.core.events import (
 )
 from service.core.log import LogEntry
 from service.transports import dialects
+from service.transports.inputs import ApprovalAnswer
 
 HEADERS = {"x-vercel-ai-ui-message-stream": "v1"}
 DONE_BLOCK = f"data: [DONE]{dialects.SSE_SEP}{dialects.SSE_SEP}"
@@ -103,27 +104,30 @@ def query_of(messages: list[UIMessage]) -> str:
     return text
 
 
-def approvals_of(messages: list[UIMessage]) -> list[tuple[str, bool, str | None]]:
-    """The approval answers a chat sends (``addToolApprovalResponse``): ``(approval id, approved,
-    reason)`` for each tool part of the last message, the assistant's, in state
-    ``approval-responded``; none when the last message is the user's. ``ValueError`` for a
-    malformed one."""
-    last = messages[-1]
-    if last.role != "assistant":
+def approvals_of(messages: list[UIMessage]) -> list[tuple[str, ApprovalAnswer]]:
+    """The approval answers a chat sends (``addToolApprovalResponse``): ``(approval id, answer)``
+    for each tool part of the last message, the assistant's, in state ``approval-responded``;
+    none when the last message is the user's. ``ValueError`` names a malformed one's place."""
+    last = len(messages) - 1
+    if messages[last].role != "assistant":
         return []
     answers = []
-    for part in last.parts:
+    for number, part in enumerate(messages[last].parts):
         if part.get("state") != "approval-responded":
             continue
+        where = f"{last}.parts.{number}.approval"
         approval = part.get("approval")
-        if not (
-            isinstance(approval, dict)
-            and isinstance(approval.get("id"), str)
-            and isinstance(approval.get("approved"), bool)
-        ):
-            raise ValueError("an approval-responded tool part needs approval.id and approval.approved")
-        reason = approval.get("reason")
-        answers.append((approval["id"], approval["approved"], reason if isinstance(reason, str) else None))
+        if not (isinstance(approval, dict) and isinstance(approval.get("id"), str)):
+            raise ValueError(
+                f"{where}: an approval-responded tool part needs approval.id and approval.approved"
+            )
+        fields = {name: approval[name] for name in ("approved", "reason") if approval.get(name) is not None}
+        try:
+            answers.append((approval["id"], ApprovalAnswer.model_validate(fields)))
+        except ValidationError as exc:
+            problem = exc.errors(include_url=False)[0]
+            field = ".".join(str(item) for item in problem["loc"])
+            raise ValueError(f"{where}.{field}: {problem['msg']}") from None
     return answers
 
 

@@ -5,7 +5,9 @@
 fits the tool's input schema) and handed to the store, which logs it only if the approval is still
 pending, in one step however many instances answer at once; the run that waits reads it from
 the session's log (:mod:`service.core.approvals`). The same answer again is accepted (a retried
-request); a different one, or one for a query that has ended, is a conflict.
+request); a different one, or one for a query that has ended or an approval that has expired,
+is a conflict. A protocol's resume answers a query's approvals together
+(:func:`answer_turn`): all of them, each checked before any is logged, or none.
 """
 
 from __future__ import annotations
@@ -17,8 +19,14 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from service.core.events import ToolApprovalResponse
-from service.core.sessions import APPROVED, CLOSED, PENDING, Session
-from service.errors import ApprovalConflict, ApprovalError, ApprovalInputInvalid, ApprovalNotFound
+from service.core.sessions import APPROVED, CLOSED, EXPIRED, PENDING, Session
+from service.errors import (
+    ApprovalConflict,
+    ApprovalError,
+    ApprovalInputInvalid,
+    ApprovalNotFound,
+    ApprovalsUnanswered,
+)
 from service.transports import dialects
 from service.transports.context import Context, session_of
 from service.transports.inputs import ApprovalAnswer, read_json
@@ -48,6 +56,32 @@ def check_input(context: Context, session: Session, approval_id: str, edited: di
         )
 
 
+def _settled(state: str, approval_id: str, approved: bool) -> None:
+    """Raise why an answer to an approval no longer pending (``state``) is refused; return when
+    it is the answer already taken (a retried request)."""
+    if state == CLOSED:
+        raise ApprovalConflict("the approval is no longer pending: its query ended before it was answered")
+    if state == EXPIRED:
+        raise ApprovalConflict(
+            "the approval expired before it was answered: it was denied with the reason 'expired'"
+        )
+    if (state == APPROVED) == approved:
+        return
+    earlier = "approved" if state == APPROVED else "denied"
+    raise ApprovalConflict(f"the approval was already answered: {earlier}")
+
+
+def check(context: Context, session: Session, approval_id: str, body: ApprovalAnswer) -> None:
+    """Raise the :class:`ApprovalError` that :func:`answer` would for this answer, logging nothing."""
+    state = session.approvals.get(approval_id)
+    if state is None:
+        raise ApprovalNotFound(f"no approval {approval_id!r} in this session")
+    if state != PENDING:
+        _settled(state, approval_id, body.approved)
+    elif body.approved and body.input is not None:
+        check_input(context, session, approval_id, body.input)
+
+
 async def answer(
     context: Context, session: Session, approval_id: str, body: ApprovalAnswer, by: str
 ) -> dict[str, Any]:
@@ -62,16 +96,30 @@ async def answer(
         approval_id=approval_id, approved=body.approved, reason=body.reason or "", by=by, input=edited
     )
     taken = await context.sessions.answer_approval(session, response)
-    if taken is None:
-        return {"approval_id": approval_id, "approved": body.approved}
-    if not taken:
+    if taken == "":
         raise ApprovalNotFound(f"no approval {approval_id!r} in this session")
-    if taken == CLOSED:
-        raise ApprovalConflict("the approval is no longer pending: its query ended before it was answered")
-    if (taken == APPROVED) == body.approved:
-        return {"approval_id": approval_id, "approved": body.approved}  # the same answer again
-    earlier = "approved" if taken == APPROVED else "denied"
-    raise ApprovalConflict(f"the approval was already answered: {earlier}")
+    if taken is not None:
+        _settled(taken, approval_id, body.approved)
+    return {"approval_id": approval_id, "approved": body.approved}
+
+
+async def answer_turn(
+    context: Context, session: Session, answers: list[tuple[str, ApprovalAnswer]], by: str
+) -> None:
+    """Answer the approvals a query waits on all at once (a protocol's resume), or none of them:
+    each answer is checked first, and one that leaves some of the turn's approvals unanswered is
+    :class:`ApprovalsUnanswered`, since the query could go no further with it than before."""
+    named: set[str] = set()
+    for approval_id, body in answers:
+        if approval_id in named:
+            raise ApprovalInputInvalid(f"approval {approval_id!r} is answered twice in one request")
+        named.add(approval_id)
+        check(context, session, approval_id, body)
+    unanswered = [r.approval_id for r in session.pending_approvals() if r.approval_id not in named]
+    if unanswered:
+        raise ApprovalsUnanswered(unanswered)
+    for approval_id, body in answers:
+        await answer(context, session, approval_id, body, by)
 
 
 async def answer_message(

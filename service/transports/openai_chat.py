@@ -6,7 +6,9 @@ as one ``chat.completion`` or, with ``stream: true``, as ``chat.completion.chunk
 ``data:`` lines (each with the log's id as ``id:``) ending in ``data: [DONE]``, the usage chunk
 before it when ``stream_options.include_usage`` is set. A request that brings ``tools`` gets the
 model's calls to them back as ``tool_calls`` (``finish_reason: tool_calls``), unrun: the service
-is then an OpenAI-compatible front for its model (see :mod:`service.core.options`).
+is then an OpenAI-compatible front for its model (see :mod:`service.core.options`). Nothing here
+can answer a tool approval, so a call of the agent's own that needs one is declined at once
+(``RunOptions.approvals``) and the model answers without it.
 
 It takes the one path of every route (access, quotas, a session from the store, the run manager,
 the log read through a :class:`~service.transports.follow.Follower`, a pure projection in

@@ -124,10 +124,15 @@ def to_query(body: ChatCompletionRequest) -> Query:
     system: list[str] = []
     out: list[dict[str, Any]] = []
     pending: dict[str, str] = {}  # the last assistant's calls not answered yet: client id -> ours
+    # The blocks of the message that gathers a run of tool messages' results (None once another
+    # kind of message comes), so each result is one append: thousands of them stay linear.
+    results: list[dict[str, Any]] | None = None
     for index, message in enumerate(body.messages):
         param = f"messages.[{index}]"
         if pending and not isinstance(message, ChatToolMessage):
             raise ConversationError(_unanswered(pending), param)
+        if not isinstance(message, ChatToolMessage):
+            results = None
         if isinstance(message, ChatSystemMessage):
             text = _text(message.content, f"{param}.content")
             if text.strip():
@@ -169,13 +174,17 @@ def to_query(body: ChatCompletionRequest) -> Query:
                     f"{param}.tool_call_id",
                 )
             text = _text(message.content, f"{param}.content")
-            result = {
-                "toolResult": {"toolUseId": ours, "content": [{"text": text if text.strip() else NO_OUTPUT}]}
-            }
-            if out and out[-1]["role"] == "user" and all("toolResult" in b for b in out[-1]["content"]):
-                out[-1]["content"].append(result)
-            else:
-                out.append({"role": "user", "content": [result]})
+            if results is None:
+                results = []
+                out.append({"role": "user", "content": results})
+            results.append(
+                {
+                    "toolResult": {
+                        "toolUseId": ours,
+                        "content": [{"text": text if text.strip() else NO_OUTPUT}],
+                    }
+                }
+            )
     last = body.messages[-1]
     if pending or not isinstance(last, ChatUserMessage | ChatToolMessage):
         raise ConversationError(
@@ -190,6 +199,9 @@ def to_query(body: ChatCompletionRequest) -> Query:
             system="\n\n".join(system),
             max_tokens=body.max_completion_tokens or body.max_tokens,
             resume=isinstance(last, ChatToolMessage),
+            # Chat Completions has no way to ask its client for a tool approval, and the query's
+            # short-lived session is no one else's to answer: such a call is declined at once.
+            approvals=False,
         ),
     )
 

@@ -122,12 +122,16 @@ def paths(settings: Settings, common: dict[str, Any]) -> dict[str, Any]:
                 "summary": "Resume a chat's running query (useChat's resume)",
                 "description": (
                     "The running query's parts from its first (or after `Last-Event-ID`); 204 "
-                    "when no query runs. Stop it with `POST /sessions/{id}/cancel`."
+                    "when no query runs, a chat not posted yet included (`useChat({resume: true})` "
+                    "asks on every mount); 404 for another key's chat. Stop it with "
+                    "`POST /sessions/{id}/cancel`."
                 ),
                 "parameters": [last_event_id],
                 "responses": {
                     "200": sse("The running query's UI message stream.", "AiSdkPart"),
-                    "204": nothing_runs,
+                    "204": {
+                        "description": "No query runs in the chat, or no chat of that id yet: nothing to resume."
+                    },
                     **resume_errors,
                 },
             },

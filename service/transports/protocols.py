@@ -3,8 +3,9 @@
 - ``POST /api/chat``: ``DefaultChatTransport``'s body; the chat ``id`` names the caller's
   session (made on first use), the last user message is the new query; the reply is the query's
   UI message stream (:mod:`service.transports.aisdk`).
-- ``GET /api/chat/{id}/stream``: ``useChat``'s resume; 204 when no query runs, else the running
-  query from its first event (from after ``Last-Event-ID`` when one is sent).
+- ``GET /api/chat/{id}/stream``: ``useChat``'s resume; 204 when no query runs (a chat not posted
+  yet included, and an id only another owner holds: the caller may make its own chat of it),
+  else the running query from its first event (from after ``Last-Event-ID`` when one is sent).
 - ``POST /ag-ui``: a ``RunAgentInput``; ``threadId`` names the session as above; the reply is the
   query's AG-UI events (:mod:`service.transports.agui`).
 - ``GET /ag-ui/{threadId}/events``: the running query's AG-UI events again, after
@@ -14,7 +15,9 @@ A query that waits for tool approvals ends either stream the protocol's way (the
 awaiting approval, AG-UI's interrupt outcome) while it keeps waiting on the server; the client's
 next request carries the answers (AI SDK: tool parts ``approval-responded``; AG-UI: ``resume``),
 which are answered through :mod:`service.transports.approvals` like every other transport's, and
-gets the rest of the same query rather than starting a new one.
+gets the rest of the same query rather than starting a new one. Such a request answers the turn
+whole or not at all: every answer is checked before any is applied, and one that leaves some of
+the query's pending approvals out is a 409 naming them (the query could not go on with it).
 
 Stopping is ``POST /sessions/{id}/cancel``, whichever stream (first or resumed) a client reads.
 Each route reads the log through the one :class:`~service.transports.follow.Follower` path, as
@@ -34,7 +37,7 @@ from pydantic import ValidationError
 from service.core.events import StatusChange, ToolApprovalRequest, is_terminal
 from service.core.log import LogEntry
 from service.core.sessions import WAITING, Session, valid_client_id
-from service.errors import ApprovalError
+from service.errors import ApprovalError, ApprovalsUnanswered, SessionNotFound
 from service.transports import agui, aisdk, approvals, dialects
 from service.transports.auth import owner_of
 from service.transports.context import Context, context_of, session_of
@@ -147,8 +150,8 @@ async def _start(
     request: web.Request, context: Context, session_id: str, query: str
 ) -> tuple[Session, int, list[dict[str, Any]]]:
     """The caller's session of that id (made on first use) with ``query`` started in it, the id
-    its events come after, and the conversation before it. 404 for another key's id, 409 while a
-    query runs."""
+    its events come after, and the conversation before it (ids are per owner: see
+    :meth:`~service.core.sessions.SessionStore.open`). 409 while a query runs."""
     check_length(context.settings, query, "message")
     session = await context.sessions.open(session_id, owner_of(request))
     history = list(session.messages)  # before the query adds to it
@@ -178,12 +181,14 @@ async def _resume_from(session: Session, request: web.Request, wire: Wire) -> in
 async def _answer_all(
     context: Context, session: Session, answers: list[tuple[str, ApprovalAnswer]], by: str
 ) -> None:
-    """Answer each approval as every transport does; its refusal (404, 409, 422) is the reply."""
-    for approval_id, answer in answers:
-        try:
-            await approvals.answer(context, session, approval_id, answer, by)
-        except ApprovalError as exc:
-            raise json_error(exc.status, str(exc)) from None
+    """Answer the turn's approvals together, as every transport checks one; a refusal (404, 409,
+    422) is the reply, and then none of them is answered."""
+    try:
+        await approvals.answer_turn(context, session, answers, by)
+    except ApprovalsUnanswered as exc:
+        raise json_error(exc.status, str(exc), code=exc.code, unanswered=exc.unanswered) from None
+    except ApprovalError as exc:
+        raise json_error(exc.status, str(exc)) from None
 
 
 def _query_start(session: Session) -> int:
@@ -217,6 +222,9 @@ async def chat(request: web.Request) -> web.StreamResponse:
     body = await read_json(request, aisdk.ChatRequest)
     try:
         answers = aisdk.approvals_of(body.messages)
+    except ValueError as exc:
+        raise json_error(422, f"invalid request: messages.{exc}") from None
+    try:
         query = "" if answers else aisdk.query_of(body.messages)
     except ValueError as exc:
         raise json_error(422, f"invalid request: messages: {exc}") from None
@@ -237,12 +245,11 @@ async def chat(request: web.Request) -> web.StreamResponse:
 
 
 async def _chat_approved(
-    request: web.Request, context: Context, chat_id: str, answers: list[tuple[str, bool, str | None]]
+    request: web.Request, context: Context, chat_id: str, replies: list[tuple[str, ApprovalAnswer]]
 ) -> web.StreamResponse:
     """The chat's approval answers (``addToolApprovalResponse``): answered, then the rest of the
     query that waited for them."""
     session = await context.sessions.get_owned(chat_id, owner_of(request))
-    replies = [(approval_id, ApprovalAnswer(approved=ok, reason=why)) for approval_id, ok, why in answers]
     start = _query_start(session)
     await _answer_all(context, session, replies, "ai-sdk")
     wire = ai_sdk_wire()
@@ -253,8 +260,19 @@ async def _chat_approved(
 
 
 async def chat_stream(request: web.Request) -> web.StreamResponse:
-    """``GET /api/chat/{id}/stream``: the running query again (``useChat``'s resume); 204 when none runs."""
-    context, session = await session_of(request)
+    """``GET /api/chat/{id}/stream``: the running query again (``useChat``'s resume); 204 when none
+    runs, also for a chat not posted yet, since ``useChat({resume: true})`` asks on every mount,
+    a new chat's included (an id another owner holds is one: ids are per owner); 404 for an id
+    no chat can have."""
+    context = context_of(request)
+    chat_id = request.match_info["session_id"]
+    if not valid_client_id(chat_id):
+        raise SessionNotFound(chat_id)
+    try:
+        session = await context.sessions.get_owned(chat_id, owner_of(request))
+    except SessionNotFound:
+        last_event_id(request)  # a bad one is a 400 here too
+        return web.Response(status=204)
     wire = ai_sdk_wire()
     after = await _resume_from(session, request, wire)
     if after is None:
@@ -272,6 +290,12 @@ async def ag_ui_run(request: web.Request) -> web.StreamResponse:
     body = await read_json(request, RunAgentInput)
     if not valid_client_id(body.thread_id):
         raise json_error(422, f"invalid request: threadId: {CLIENT_ID_RULE}")
+    try:
+        body.run_id.encode("utf-8")  # echoed in RUN_STARTED / RUN_FINISHED: refused before any stream
+    except UnicodeEncodeError:
+        raise json_error(
+            422, "invalid request: runId: must be valid Unicode text (no lone surrogates)"
+        ) from None
     if body.resume:
         answers = _resume_answers(body)
         async with context.stream_slot("ag-ui", owner_of(request)):
@@ -282,7 +306,7 @@ async def ag_ui_run(request: web.Request) -> web.StreamResponse:
         raise json_error(422, f"invalid request: messages: {exc}") from None
     async with context.stream_slot("ag-ui", owner_of(request)):
         session, after, history = await _start(request, context, body.thread_id, query)
-        wire = ag_ui_wire(session.id, history, body.run_id)
+        wire = ag_ui_wire(body.thread_id, history, body.run_id)
         return await _stream(
             request, context, session, after, wire, "ag-ui", sep="\n", allow_all_methods=True
         )
@@ -313,16 +337,18 @@ async def _ag_ui_resumed(
     start = _query_start(session)
     history = agui.history_before(session.messages, session.run_message)
     await _answer_all(context, session, answers, "ag-ui")
-    wire = ag_ui_wire(session.id, history, body.run_id)
+    wire = ag_ui_wire(body.thread_id, history, body.run_id)
     after = await _continued(session, start, {approval_id for approval_id, _ in answers}, wire)
-    wire.head = agui.encode(RunStartedEvent(thread_id=session.id, run_id=body.run_id))
+    wire.head = agui.encode(RunStartedEvent(thread_id=body.thread_id, run_id=body.run_id))
     return await _stream(request, context, session, after, wire, "ag-ui", sep="\n", allow_all_methods=True)
 
 
 async def ag_ui_events(request: web.Request) -> web.StreamResponse:
     """``GET /ag-ui/{threadId}/events``: the running query's events (after ``Last-Event-ID``)."""
     context, session = await session_of(request)
-    wire = ag_ui_wire(session.id, agui.history_before(session.messages, session.run_message))
+    wire = ag_ui_wire(
+        request.match_info["session_id"], agui.history_before(session.messages, session.run_message)
+    )
     after = await _resume_from(session, request, wire)
     if after is None:
         return web.Response(status=204)

@@ -244,3 +244,27 @@ async def test_a_query_waiting_for_approval_is_listed_waiting_and_answered_throu
         if "toolResult" in block
     ]
     assert results and results[0].get("status") != "error"
+
+
+async def test_an_approval_of_a_query_a_restart_ended_is_unknown_after_it(
+    make_client: ClientFactory, database_url: str
+) -> None:
+    """The record keeps the conversation, not the approvals: after a restart the approval of the
+    query that died with the service is an id the session does not know (404, as documented)."""
+    first = await make_client(database_url=database_url, tools_require_approval="calculator")
+    sid = await new_session(first)
+    async with first.post(f"/sessions/{sid}/messages", json={"content": "What is 6*7?"}) as response:
+        assert response.status == 202
+    session = await services_of(first).sessions.get(sid)
+    async for batch in session.log.subscribe(0):
+        if any(entry.event.type == "status_change" and entry.event.status == "waiting" for entry in batch):
+            break
+    [pending] = (await session_body(first, sid))["pending_approvals"]
+    again = await make_client(database_url=database_url, tools_require_approval="calculator")
+    body = await session_body(again, sid)
+    assert body["status"] == "idle" and body["pending_approvals"] == []
+    async with again.post(
+        f"/sessions/{sid}/approvals/{pending['approval_id']}", json={"approved": True}
+    ) as response:
+        assert response.status == 404
+        assert "no approval" in (await response.json())["error"]

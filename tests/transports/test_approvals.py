@@ -164,9 +164,10 @@ async def test_an_unanswered_request_expires_as_denied(approving: TestClient) ->
     assert response == {**response, "approved": False, "reason": "expired", "by": "timeout"}
     result = next(event for event in events if event["type"] == "tool_result")
     assert result["isError"] and "expired" in result["result"]
-    # Too late now: the expiry answered it.
-    await answer(approving, session_id, request.approval_id, {"approved": True}, 409)
-    await answer(approving, session_id, request.approval_id, {"approved": False})
+    # Too late now, whichever the answer: the expiry answered it, and a denial is no repeat of it.
+    for approved in (True, False):
+        late = await answer(approving, session_id, request.approval_id, {"approved": approved}, 409)
+        assert "expired" in late["error"]
 
 
 async def test_a_second_answer_is_the_same_or_a_conflict(approving: TestClient) -> None:

@@ -197,7 +197,7 @@ def ag_ui_status(value: Any) -> int:
         body = RunAgentInput.model_validate(value)
     except ValidationError:
         return 422
-    if not CHAT_ID.fullmatch(body.thread_id) or not body.messages:
+    if not CHAT_ID.fullmatch(body.thread_id) or has_surrogate(body.run_id) or not body.messages:
         return 422
     last = body.messages[-1]
     if not isinstance(last, UserMessage):
@@ -211,6 +211,10 @@ def ag_ui_status(value: Any) -> int:
 
 @fuzz
 @example(body=DEEP, keep_id=False)
+@example(
+    body=encoded({"runId": "\ud800", "messages": [{"id": "u", "role": "user", "content": "hi"}]}),
+    keep_id=False,
+)
 @given(body=ag_bodies, keep_id=st.booleans())
 async def test_ag_ui_bodies(
     fuzzed: TestClient,  # noqa: F811 (the fixture imported above)

@@ -313,3 +313,32 @@ async def test_a_model_failure_is_an_error_in_the_clients_terms(client: TestClie
         async for _ in stream:
             pass
     assert isinstance(caught.value.body, dict) and caught.value.body["code"]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_a_tool_that_needs_approval_is_declined_at_once(
+    make_client: ClientFactory, caplog: pytest.LogCaptureFixture, stream: bool
+) -> None:
+    """Nothing on this face can answer an approval: the call is declined at once, the model told
+    why, and the answer comes as usual (rather than after AGENT_APPROVAL_TIMEOUT_S)."""
+    caplog.set_level(logging.WARNING)
+    client = await make_client(tools_require_approval="calculator", approval_timeout_s=600)
+    api = openai_client(client)
+    model = await model_of(api)
+    messages: Any = [{"role": "user", "content": "What is 6*7?"}]
+    # The client's own timeout only keeps a failure of this test from waiting the 600 s out.
+    if stream:
+        chunks = [
+            chunk
+            async for chunk in await api.chat.completions.create(
+                model=model, messages=messages, stream=True, timeout=30
+            )
+        ]
+        text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
+        finish = [chunk.choices[0].finish_reason for chunk in chunks if chunk.choices][-1]
+    else:
+        reply = await api.chat.completions.create(model=model, messages=messages, timeout=30)
+        text, finish = reply.choices[0].message.content or "", reply.choices[0].finish_reason
+    assert finish == "stop"
+    assert "approval" in text and "42" not in text  # the calculator did not run
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

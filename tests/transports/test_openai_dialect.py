@@ -101,6 +101,35 @@ def test_tool_results_resume_the_conversation() -> None:
     )
 
 
+def test_thousands_of_tool_results_keep_their_turns_and_order() -> None:
+    """Each run of tool messages is one message of results, in the order they came (8,000 of them,
+    in two turns, answered out of order); gathering them costs one append each."""
+    first = [f"a{n}" for n in range(5000)]
+    second = [f"b {n}" for n in range(3000)]  # ids Bedrock would not take: mapped
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "tool_calls": [call(call_id) for call_id in first]},
+        *({"role": "tool", "tool_call_id": call_id, "content": call_id} for call_id in reversed(first)),
+        {"role": "assistant", "content": "more", "tool_calls": [call(call_id) for call_id in second]},
+        *({"role": "tool", "tool_call_id": call_id, "content": f"r{n}"} for n, call_id in enumerate(second)),
+    ]
+    query = to_query(request(messages))
+    assert [message["role"] for message in query.messages] == [
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+    ]
+    answered = query.messages[2]["content"]
+    assert [block["toolResult"]["toolUseId"] for block in answered] == list(reversed(first))
+    assert [block["toolResult"]["content"] for block in answered] == [[{"text": i}] for i in reversed(first)]
+    later = query.messages[4]["content"]
+    assert [block["toolResult"]["toolUseId"] for block in later] == [tool_use_id(i) for i in second]
+    assert later[-1]["toolResult"]["content"] == [{"text": "r2999"}]
+    assert query.options.resume and query.text == ""
+
+
 @pytest.mark.parametrize(
     ("messages", "extra", "param"),
     [

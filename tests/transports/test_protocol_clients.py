@@ -157,3 +157,22 @@ async def test_http_agent_is_interrupted_then_resumes_the_query(make_client: Cli
     poll = await (await client.get("/sessions/thread-approve/events/poll?since_index=0")).json()
     responses = [event for event in poll["events"] if event["type"] == "tool_approval_response"]
     assert [(r["approved"], r["by"]) for r in responses] == [(True, "ag-ui")]
+
+
+async def test_resume_on_a_new_chat_finds_nothing_then_the_chat_goes_on(make_client: ClientFactory) -> None:
+    """``useChat({resume: true})`` resumes on mount, before the chat was ever posted: ready, no error."""
+    require_node()
+    client = await make_client(api_keys=["key-alice", "key-bob"])
+    alice, bob = {"AGENT_KEY": "key-alice"}, {"AGENT_KEY": "key-bob"}
+    result = await run_node("aisdk_resume_new.mjs", base_url(client), "brand-new", "Say hello", env=alice)
+    assert result["afterResume"] == {"status": "ready", "count": 0, "errors": []}
+    assert result["afterSend"] == {"status": "ready", "count": 2, "errors": []}
+    # Mounted again on the chat, now idle: still nothing to resume.
+    result = await run_node("aisdk_resume_new.mjs", base_url(client), "brand-new", "", env=alice)
+    assert result["afterResume"] == {"status": "ready", "count": 0, "errors": []}
+    # Another key's chat of that id is not found: the chat says so.
+    result = await run_node("aisdk_resume_new.mjs", base_url(client), "brand-new", "", env=bob)
+    assert (
+        result["afterResume"]["status"] == "error"
+        and "Session not found" in result["afterResume"]["errors"][0]
+    )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -13,7 +14,7 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient
 
-from tests.conftest import ClientFactory, sse_blocks, sse_events
+from tests.conftest import ClientFactory, services_of, sse_blocks, sse_events
 
 ALICE = {"Authorization": "Bearer key-alice"}
 BOB = {"Authorization": "Bearer key-bob"}
@@ -106,7 +107,7 @@ async def test_ag_ui_refuses_bad_bodies(client: TestClient, body: Any) -> None:
         assert "error" in await response.json()
 
 
-async def test_another_keys_chat_id_is_not_found_and_a_running_query_conflicts(
+async def test_another_keys_chat_id_is_a_chat_of_ones_own_and_a_running_query_conflicts(
     make_client: ClientFactory,
 ) -> None:
     client = await make_client(api_keys=["key-alice", "key-bob"], tool_timeout_s=60)
@@ -114,12 +115,14 @@ async def test_another_keys_chat_id_is_not_found_and_a_running_query_conflicts(
         "/api/chat", json=chat_body("mine", "go [emu:tool=sleepy]"), headers=ALICE
     ) as first:
         assert first.status == 200
-        # Bob cannot reach or guess into Alice's chat, by either protocol.
+        # Bob cannot reach or guess into Alice's chat, by either protocol: the id names a chat of
+        # his own (ids are per key), which does not see Alice's running query.
+        async with client.get("/api/chat/mine/stream", headers=BOB) as response:
+            assert response.status == 204
         for path, body in (("/api/chat", chat_body("mine", "hi")), ("/ag-ui", agui_body("mine", "hi"))):
             async with client.post(path, json=body, headers=BOB) as response:
-                assert response.status == 404
-        async with client.get("/api/chat/mine/stream", headers=BOB) as response:
-            assert response.status == 404
+                assert response.status == 200
+                await response.read()
         # Alice's second query while the first runs: 409, in JSON, before any stream.
         for path, body in (("/api/chat", chat_body("mine", "hi")), ("/ag-ui", agui_body("mine", "hi"))):
             async with client.post(path, json=body, headers=ALICE) as response:
@@ -138,9 +141,36 @@ async def test_resume_routes_answer_204_when_nothing_runs(client: TestClient) ->
     for path in ("/api/chat/idle/stream", "/ag-ui/idle/events"):
         async with client.get(path) as response:
             assert response.status == 204
-    for path in ("/api/chat/nope/stream", "/ag-ui/nope/events"):
-        async with client.get(path) as response:
-            assert response.status == 404
+    async with client.get("/ag-ui/nope/events") as response:
+        assert response.status == 404
+
+
+async def test_chat_resume_of_a_chat_not_posted_yet_or_another_keys_is_204(
+    make_client: ClientFactory,
+) -> None:
+    """``useChat({resume: true})`` asks on every mount, a new chat's included."""
+    client = await make_client(api_keys=["key-alice", "key-bob"])
+    async with client.get("/api/chat/fresh/stream", headers=ALICE) as response:
+        assert response.status == 204
+    async with client.get("/sessions/fresh", headers=ALICE) as response:
+        assert response.status == 404  # asking made nothing
+    async with client.get("/api/chat/fresh/stream", headers={**ALICE, "Last-Event-ID": "x"}) as response:
+        assert response.status == 400
+    async with client.get("/api/chat/a%20b/stream", headers=ALICE) as response:
+        assert response.status == 404  # no chat can have that id
+    async with client.post("/api/chat", json=chat_body("fresh", "hello"), headers=ALICE) as response:
+        await response.read()
+    async with client.get("/api/chat/fresh/stream", headers=ALICE) as response:
+        assert response.status == 204
+    # Ids are per key: Alice's chat is a chat Bob has not posted yet, and tells him nothing.
+    async with client.post("/api/chat", json=chat_body("fresh", "slow [emu:ttft=5000]"), headers=ALICE):
+        pass
+    async with client.get("/api/chat/fresh/stream", headers=BOB) as response:
+        assert response.status == 204
+    async with client.post("/sessions/fresh/cancel", headers=ALICE) as response:
+        assert response.status == 202
+    async with client.get("/api/chat/fresh/stream") as response:
+        assert response.status == 401
 
 
 async def test_resume_after_last_event_id_continues_the_open_blocks(make_client: ClientFactory) -> None:
@@ -289,3 +319,139 @@ async def test_sse_events_helper_is_json(client: TestClient) -> None:
         events = [event async for event in sse_events(response)]
     assert events[0]["data"]["type"] == "RUN_STARTED" and events[-1]["data"]["type"] == "RUN_FINISHED"
     assert all("id" in event for event in events)
+
+
+# -- tool approvals through the protocols' own shapes -------------------------------------------
+
+TWO_SUMS = "Two sums [emu:tools=2]"
+
+
+@pytest.fixture
+async def approving(make_client: ClientFactory) -> TestClient:
+    return await make_client(tools_require_approval="calculator", approval_timeout_s=60)
+
+
+async def responses_logged(client: TestClient, session_id: str) -> list[Any]:
+    session = await services_of(client).sessions.get(session_id)
+    return [
+        entry.event for entry in await session.log.read(0) if entry.event.type == "tool_approval_response"
+    ]
+
+
+async def chat_waiting(client: TestClient, chat_id: str, text: str = TWO_SUMS) -> list[dict[str, Any]]:
+    """A chat whose query waits on its approvals: their ``tool-approval-request`` parts."""
+    async with client.post("/api/chat", json=chat_body(chat_id, text)) as response:
+        assert response.status == 200
+        parts = [data for _, data in await ai_sdk_parts(response) if data != "[DONE]"]
+    assert parts[-1] == {"type": "finish", "finishReason": "tool-calls"}
+    return [part for part in parts if part["type"] == "tool-approval-request"]
+
+
+def chat_answers(chat_id: str, answers: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, Any]:
+    """The request ``addToolApprovalResponse`` leads to: each (request part, approval) answered."""
+    parts = [
+        {
+            "type": "dynamic-tool",
+            "toolName": "calculator",
+            "toolCallId": request["toolCallId"],
+            "state": "approval-responded",
+            "input": {},
+            "approval": {"id": request["approvalId"], **approval},
+        }
+        for request, approval in answers
+    ]
+    return {"id": chat_id, "messages": [{"id": "a1", "role": "assistant", "parts": parts}]}
+
+
+async def ag_ui_waiting(client: TestClient, thread_id: str, text: str = TWO_SUMS) -> list[dict[str, Any]]:
+    """A thread whose query waits on its approvals: the interrupts its run finished with."""
+    async with client.post("/ag-ui", json=agui_body(thread_id, text)) as response:
+        assert response.status == 200
+        events = [event["data"] async for event in sse_events(response)]
+    assert events[-1]["type"] == "RUN_FINISHED" and events[-1]["outcome"]["type"] == "interrupt"
+    return events[-1]["outcome"]["interrupts"]  # type: ignore[no-any-return]
+
+
+def ag_ui_resume(thread_id: str, answers: list[tuple[str, Any]]) -> dict[str, Any]:
+    resume = [
+        {"interruptId": interrupt_id, "status": "resolved", "payload": payload}
+        for interrupt_id, payload in answers
+    ]
+    return {**agui_body(thread_id, "unused"), "runId": "r2", "messages": [], "resume": resume}
+
+
+@pytest.mark.parametrize("reason", ["r" * 2001, "\ud800"], ids=["too long", "lone surrogate"])
+async def test_a_bad_reason_in_a_chat_answer_is_422_and_changes_nothing(
+    approving: TestClient, caplog: pytest.LogCaptureFixture, reason: str
+) -> None:
+    caplog.set_level(logging.WARNING)
+    first, second = await chat_waiting(approving, "bad-reason")
+    body = chat_answers(
+        "bad-reason", [(first, {"approved": True, "reason": reason}), (second, {"approved": True})]
+    )
+    async with approving.post("/api/chat", json=body) as response:
+        assert response.status == 422, await response.text()
+        error = (await response.json())["error"]
+    assert "reason" in error and "messages.0.parts.0.approval" in error
+    assert await responses_logged(approving, "bad-reason") == []
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
+
+
+async def test_a_chat_answer_is_all_or_nothing_and_answers_the_whole_turn(
+    approving: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
+    first, second = await chat_waiting(approving, "chat-two")
+    # One of two answered: refused, naming the one left, and nothing applied.
+    async with approving.post(
+        "/api/chat", json=chat_answers("chat-two", [(first, {"approved": True})])
+    ) as response:
+        assert response.status == 409
+        refused = await response.json()
+    assert refused["unanswered"] == [second["approvalId"]] and second["approvalId"] in refused["error"]
+    # A good answer beside one that names no approval: the 404, and the good one not applied either.
+    unknown = {**second, "approvalId": "ap_nope"}
+    mixed = chat_answers("chat-two", [(first, {"approved": True}), (unknown, {"approved": True})])
+    async with approving.post("/api/chat", json=mixed) as response:
+        assert response.status == 404
+    assert await responses_logged(approving, "chat-two") == []
+    assert (await (await approving.get("/sessions/chat-two")).json())["status"] == "waiting"
+    both = chat_answers("chat-two", [(first, {"approved": True}), (second, {"approved": False})])
+    async with approving.post("/api/chat", json=both) as response:
+        assert response.status == 200
+        parts = [data for _, data in await ai_sdk_parts(response) if data != "[DONE]"]
+    assert {"type": "tool-output-denied", "toolCallId": second["toolCallId"]} in parts
+    assert any(p["type"] == "tool-output-available" and p["toolCallId"] == first["toolCallId"] for p in parts)
+    assert parts[-1]["type"] == "finish" and parts[-1]["finishReason"] == "stop"
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
+
+
+async def test_an_ag_ui_resume_is_all_or_nothing_and_answers_the_whole_turn(
+    approving: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
+    first, second = await ag_ui_waiting(approving, "thread-two")
+    async with approving.post(
+        "/ag-ui", json=ag_ui_resume("thread-two", [(first["id"], {"approved": True})])
+    ) as response:
+        assert response.status == 409
+        refused = await response.json()
+    assert refused["unanswered"] == [second["id"]] and second["id"] in refused["error"]
+    mixed = ag_ui_resume("thread-two", [(first["id"], {"approved": True}), ("ap_nope", {"approved": True})])
+    async with approving.post("/ag-ui", json=mixed) as response:
+        assert response.status == 404
+    bad_input = ag_ui_resume(
+        "thread-two",
+        [(first["id"], {"approved": True}), (second["id"], {"approved": True, "input": {"expression": 5}})],
+    )
+    async with approving.post("/ag-ui", json=bad_input) as response:
+        assert response.status == 422
+    assert await responses_logged(approving, "thread-two") == []
+    both = ag_ui_resume("thread-two", [(first["id"], {"approved": True}), (second["id"], {"approved": True})])
+    async with approving.post("/ag-ui", json=both) as response:
+        assert response.status == 200
+        events = [event["data"] async for event in sse_events(response)]
+    assert events[0]["type"] == "RUN_STARTED" and events[-1]["type"] == "RUN_FINISHED"
+    assert [e["content"] for e in events if e["type"] == "TOOL_CALL_RESULT"] == ["2", "4"]
+    assert len(await responses_logged(approving, "thread-two")) == 2
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
