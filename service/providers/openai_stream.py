@@ -305,7 +305,7 @@ class OpenAIStreamParser:
         fragment = function.get("arguments")
         if isinstance(fragment, dict):
             # A few servers send the arguments as an object rather than JSON text.
-            fragment = json.dumps(fragment)
+            fragment = json.dumps(fragment, allow_nan=False)
         if isinstance(fragment, str) and fragment:
             block.parts.append(fragment)
             if call.started:

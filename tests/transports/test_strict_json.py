@@ -12,10 +12,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
+from pydantic import ValidationError
+
+from service.core.events import ToolApprovalResponse, ToolCall, ToolUse
+from service.providers.blocks import as_int
+from service.transports import dialects
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -183,3 +189,26 @@ async def test_a_model_tool_input_with_nan_is_a_tool_error_and_the_run_ends_once
     [use] = [block["toolUse"] for block in session["messages"][1]["content"] if "toolUse" in block]
     assert use["input"] == {}
     assert_no_traceback(caplog)
+
+
+# -- the writers ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_the_default_codec_refuses_what_json_cannot_carry(value: float) -> None:
+    """A non-finite number that slipped past the edges fails loudly rather than going out."""
+    with pytest.raises(ValueError):
+        dialects.dumps({"toolInput": {"x": [value]}})
+    for build in (
+        lambda: ToolUse(tool="t", tool_use_id="u", input={"x": value}),
+        lambda: ToolCall(tool="t", tool_use_id="u", input=[value]),
+        lambda: ToolApprovalResponse(approval_id="a", approved=True, input={"x": {"y": value}}),
+    ):
+        with pytest.raises(ValidationError, match="JSON cannot carry"):
+            build()
+    assert as_int(value) is None  # a token count botocore read as NaN is no count
+
+
+def test_the_default_codec_writes_strict_json_as_before() -> None:
+    value = {"x": [1.5, -0.0, 1e308, 10**30], "s": "NaN Infinity"}
+    assert strict(dialects.dumps(value)) == value
