@@ -22,10 +22,11 @@ from pydantic import ValidationError
 from service.core.events import ToolApprovalResponse, ToolCall, ToolUse
 from service.providers.blocks import as_int
 from service.transports import dialects
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import ClientFactory, services_of, sse_blocks
+from tests.transports.test_fuzz import any_text, contains_surrogate
 from tests.transports.test_approvals import approving, requests_of  # noqa: F401 (a fixture)
 from tests.transports.test_sessions import new_session, send
 
@@ -59,6 +60,17 @@ async def strict_session(client: TestClient, session_id: str) -> dict[str, Any]:
     async with client.get(f"/sessions/{session_id}") as response:
         assert response.status == 200, await response.text()
         return strict(await response.read())  # type: ignore[no-any-return]
+
+
+def finite(value: Any) -> bool:
+    """False when ``value`` holds a NaN or an infinity, at any depth."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(finite(item) for item in value.values())
+    if isinstance(value, list):
+        return all(finite(item) for item in value)
+    return True
 
 
 def assert_no_traceback(caplog: pytest.LogCaptureFixture) -> None:
@@ -143,7 +155,7 @@ async def test_a_websocket_approve_with_nan_gets_an_error_frame_and_the_socket_s
         ),
         (
             "/v1/chat/completions",
-            b'{"model": "agent", "messages": [{"role": "user", "content": "hi"}], "temperature": NaN}',
+            b'{"model": "%m", "messages": [{"role": "user", "content": "hi"}], "temperature": NaN}',
         ),
         ("/sessions/%s/messages", b'{"content": "hi", "max_turns": -Infinity}'),
         ("/agent/run", b'{"message": "hi", "extra": [1e999]}'),
@@ -153,8 +165,9 @@ async def test_a_body_with_nan_is_a_clear_4xx(
     client: TestClient, caplog: pytest.LogCaptureFixture, path: str, raw: bytes
 ) -> None:
     session_id = await new_session(client)
-    if b"%s" in raw:
-        raw = raw.replace(b"%s", session_id.encode())
+    async with client.get("/v1/models") as response:
+        model = (await response.json())["data"][0]["id"]
+    raw = raw.replace(b"%s", session_id.encode()).replace(b"%m", model.encode())
     path = path.replace("%s", session_id)
     async with client.post(path, data=raw, headers={"Content-Type": "application/json"}) as response:
         text = await response.text()
@@ -212,3 +225,96 @@ def test_the_default_codec_refuses_what_json_cannot_carry(value: float) -> None:
 def test_the_default_codec_writes_strict_json_as_before() -> None:
     value = {"x": [1.5, -0.0, 1e308, 10**30], "s": "NaN Infinity"}
     assert strict(dialects.dumps(value)) == value
+
+
+# -- the property --------------------------------------------------------------------------------
+
+# Strings that look like what must not be written, or that a careless writer gets wrong.
+special_text = st.sampled_from(
+    ["NaN", "Infinity", "-Infinity", "1e400", "null", "</script>", "\u2028\u2029", "\x00", '"\\', "é🙂"]
+)
+keys = st.text(max_size=6) | special_text
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()  # NaN and both infinities among them
+    | st.sampled_from([1e308, -0.0, 5e-324, 10**40])
+    | st.text(max_size=8)
+    | special_text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(keys, inner, max_size=3),
+    max_leaves=8,
+)
+edited_inputs = st.one_of(
+    st.dictionaries(keys, json_values, max_size=4),
+    st.dictionaries(keys, json_values, min_size=1, max_size=4),
+    # A non-finite number somewhere, nested: a 400.
+    st.builds(
+        lambda value, bad: {**value, "deep": [{"n": bad}]},
+        st.dictionaries(keys, json_values, max_size=2),
+        st.sampled_from([math.nan, math.inf, -math.inf]),
+    ),
+    # Now and then a lone surrogate (any_text), which JSON escapes but no store keeps: a 422.
+    st.dictionaries(keys, any_text, min_size=1, max_size=2),
+)
+
+
+@pytest.fixture
+async def recorded(make_client: ClientFactory, database_url: str) -> TestClient:
+    """The service on a database (SQLite, then PostgreSQL), with ``explode`` (which takes any
+    input) behind approval."""
+    return await make_client(database_url=database_url, tools_require_approval="explode", approval_timeout_s=60)
+
+
+@settings(
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@example(edited={"x": math.nan})
+@example(edited={"x": [1e308, -0.0, 5e-324, 10**40], "NaN": "Infinity", "</script>": None})
+@given(edited=edited_inputs)
+async def test_what_a_client_sends_comes_out_strict_and_is_stored_as_sent(
+    recorded: TestClient, caplog: pytest.LogCaptureFixture, edited: dict[str, Any]
+) -> None:
+    """An approval's edited input (any JSON object, as Python's json writes it) is refused with
+    a 4xx, or accepted and then written strictly on the session SSE wire and in
+    ``GET /sessions/{id}``, and stored in the database exactly as the live session holds it."""
+    caplog.clear()
+    client = recorded
+    session_id = await new_session(client)
+    await send(client, session_id, "Go [emu:tool=explode]")
+    [request] = await requests_of(client, session_id)
+    raw = json.dumps({"approved": True, "input": edited}).encode()
+    url = f"/sessions/{session_id}/approvals/{request.approval_id}"
+    if not finite(edited):
+        expected = 400
+    elif contains_surrogate(edited):
+        expected = 422
+    else:
+        expected = 200
+    async with client.post(url, data=raw, headers={"Content-Type": "application/json"}) as response:
+        event(f"status {response.status}")
+        assert response.status == expected, await response.text()
+        reply = strict(await response.read())
+    if expected != 200:
+        assert isinstance(reply["error"], str)
+        async with client.post(url, json={"approved": True}) as response:  # still answerable
+            assert response.status == 200, await response.text()
+    ran_with = edited if expected == 200 else {}
+
+    events = await strict_events(client, session_id)
+    assert [e["type"] for e in events].count("done") == 1 and events[-1]["type"] == "done"
+    answered = next(e for e in events if e["type"] == "tool_approval_response")
+    assert answered.get("toolInput", {}) == (edited if expected == 200 else {})
+    assert events[-1]["tool_calls"][0]["input"] == ran_with
+    body = await strict_session(client, session_id)
+    [use] = [block["toolUse"] for block in body["messages"][1]["content"] if "toolUse" in block]
+    assert use["input"] == ran_with
+
+    await services_of(client).runs.wait_idle()
+    live = (await services_of(client).sessions.get(session_id)).messages
+    stored = await services_of(client).sessions.records.load(session_id)
+    assert stored is not None
+    assert repr(stored.messages) == repr(live)  # 1 stays 1, 1.0 stays 1.0, -0.0 stays -0.0, key order kept
+    assert_no_traceback(caplog)
