@@ -17,17 +17,16 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
+from hypothesis import HealthCheck, event, example, given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from service.core.events import ToolApprovalResponse, ToolCall, ToolUse
 from service.providers.blocks import as_int
 from service.transports import dialects
-from hypothesis import HealthCheck, event, example, given, settings
-from hypothesis import strategies as st
-
 from tests.conftest import ClientFactory, services_of, sse_blocks
-from tests.transports.test_fuzz import any_text, contains_surrogate
 from tests.transports.test_approvals import approving, requests_of  # noqa: F401 (a fixture)
+from tests.transports.test_fuzz import any_text, contains_surrogate
 from tests.transports.test_sessions import new_session, send
 
 NAN_INPUT = b'{"approved": true, "input": {"expression": "1+1", "x": NaN}}'
@@ -131,7 +130,12 @@ async def test_a_websocket_approve_with_nan_gets_an_error_frame_and_the_socket_s
         session = await strict_session(approving, session_id)
         assert session["status"] == "waiting" and len(session["pending_approvals"]) == 1
         await ws.send_json(
-            {"type": "approve", "session_id": session_id, "approval_id": request.approval_id, "approved": True}
+            {
+                "type": "approve",
+                "session_id": session_id,
+                "approval_id": request.approval_id,
+                "approved": True,
+            }
         )
         answered = strict(await asyncio.wait_for(ws.receive_str(), WAIT_S))
         assert answered["type"] == "approval_answered" and answered["approved"] is True
@@ -181,6 +185,21 @@ async def test_a_body_with_nan_is_a_clear_4xx(
     assert_no_traceback(caplog)
 
 
+async def test_an_mcp_message_with_nan_is_a_parse_error(
+    client: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    raw = (
+        b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "session_approve", '
+        b'"arguments": {"approved": true, "input": {"x": NaN}}}}'
+    )
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    async with client.post("/mcp", data=raw, headers=headers) as response:
+        assert response.status == 400
+        body = strict(await response.read())
+    assert body["error"]["code"] == -32700 and "not a JSON number" in body["error"]["message"]
+    assert_no_traceback(caplog)
+
+
 @pytest.mark.parametrize("provider", ["bedrock", "openai"])
 @pytest.mark.parametrize("bad", ["NaN", "-Infinity", "1e400"])
 async def test_a_model_tool_input_with_nan_is_a_tool_error_and_the_run_ends_once(
@@ -190,13 +209,15 @@ async def test_a_model_tool_input_with_nan_is_a_tool_error_and_the_run_ends_once
     options = {"provider": "openai", "openai_base_url": "emulator"} if provider == "openai" else {}
     client = await make_client(**options)
     session_id = await new_session(client)
-    tool_input = '{"expression": "1+1", "x": %s}' % bad
+    tool_input = '{"expression": "1+1", "x": ' + bad + "}"
     await send(client, session_id, f"Sum it [emu:tool=calculator] [emu:tool_input={tool_input}]")
     events = await strict_events(client, session_id)
     types = [event["type"] for event in events]
     assert types.count("done") == 1 and types[-1] == "done" and "error" not in types
     result = next(event for event in events if event["type"] == "tool_result")
-    assert result["isError"] and "not valid JSON" in result["result"] and "not a JSON number" in result["result"]
+    assert (
+        result["isError"] and "not valid JSON" in result["result"] and "not a JSON number" in result["result"]
+    )
     session = await strict_session(client, session_id)
     assert session["status"] == "idle"
     [use] = [block["toolUse"] for block in session["messages"][1]["content"] if "toolUse" in block]
@@ -263,7 +284,9 @@ edited_inputs = st.one_of(
 async def recorded(make_client: ClientFactory, database_url: str) -> TestClient:
     """The service on a database (SQLite, then PostgreSQL), with ``explode`` (which takes any
     input) behind approval."""
-    return await make_client(database_url=database_url, tools_require_approval="explode", approval_timeout_s=60)
+    return await make_client(
+        database_url=database_url, tools_require_approval="explode", approval_timeout_s=60
+    )
 
 
 @settings(
