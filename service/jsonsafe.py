@@ -7,19 +7,18 @@ shallower documents can still exhaust the stack later (validation and re-encodin
 so nesting past :data:`MAX_DEPTH` is refused up front as malformed input, a ``ValueError``
 like any other.
 
-Only strict JSON (RFC 8259) is read: ``json.loads`` takes ``NaN``, ``Infinity`` and
-``-Infinity``, and turns a number too large for a float (``1e400``) into infinity, but no
-strict parser on the other side (a browser's ``JSON.parse``, PostgreSQL's ``json``) takes them
-back, so each is refused here as malformed JSON (:class:`NonFiniteNumber`, a ``ValueError``)
-rather than stored and sent on. What the service writes is strict for the same reason: see
-:func:`dumps`.
+Only strict JSON (RFC 8259) is read. ``json.loads`` takes ``NaN``, ``Infinity`` and
+``-Infinity``, and reads a number too large for a float (``1e400``) as infinity, but a
+browser's ``JSON.parse`` and PostgreSQL take none of them back: :func:`parse` refuses the three
+names, and :func:`loads` also a number too large, each a :class:`NonFiniteNumber` (a
+``ValueError``, malformed JSON like any other). What the service writes is strict for the same
+reason (:func:`dumps`).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 from typing import Any
 
 from pydantic_core import from_json
@@ -37,33 +36,22 @@ class JsonTooDeep(ValueError):
 
 
 class NonFiniteNumber(ValueError):
-    """The document holds ``NaN``, ``Infinity`` or a number too large for a float."""
+    """The document holds ``NaN``, ``Infinity`` or ``-Infinity``, or a number too large for a float."""
 
-    def __init__(self, text: str) -> None:
-        super().__init__(f"{text} is not a JSON number (NaN, Infinity and numbers too large are refused)")
+    def __init__(self, what: str) -> None:
+        super().__init__(
+            f"{what} is not a JSON number: NaN, Infinity and numbers too large for a float are refused"
+        )
 
 
 def _constant(name: str) -> Any:
     raise NonFiniteNumber(name)
 
 
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise NonFiniteNumber(text)
-    return value
-
-
 def strict_loads(data: str | bytes | bytearray) -> Any:
-    """``json.loads(data)`` that refuses what is not strict JSON (:class:`NonFiniteNumber`)."""
-    return json.loads(data, parse_constant=_constant, parse_float=_finite)
-
-
-# Only a number written with an exponent of three digits or more, or with two hundred digits
-# before it (an exponent of two digits adds at most 99), can be too large for a float; a
-# document without either needs no look at its floats.
-_HUGE_TEXT = re.compile(r"[eE]\+?[0-9]{3}|[0-9]{200}")
-_HUGE_BYTES = re.compile(_HUGE_TEXT.pattern.encode())
+    """``json.loads(data)``, refusing ``NaN``, ``Infinity`` and ``-Infinity``
+    (:class:`NonFiniteNumber`); like it, it reads ``1e400`` as infinity."""
+    return json.loads(data, parse_constant=_constant)
 
 
 def parse(data: str | bytes | bytearray) -> Any:
@@ -74,21 +62,19 @@ def parse(data: str | bytes | bytearray) -> Any:
     gives for what both read (a property test holds it to that); what it refuses (bad JSON, but
     also lone surrogates, nesting past 200 levels, UTF-16 bytes, a str it cannot encode) goes to
     :func:`strict_loads`, whose answer or error then stands, so nothing is accepted or refused
-    differently.
+    differently. A number too large for a float is read as infinity by both, as ``json.loads``
+    reads it: looking for one costs a walk of every chunk, so :func:`loads` does it, not this.
     """
     try:
-        value = from_json(data, allow_inf_nan=False)
+        return from_json(data, allow_inf_nan=False)
     except (ValueError, TypeError):  # TypeError: a str it cannot encode (a lone surrogate in it)
         return strict_loads(data)
-    # from_json reads 1e400 as infinity whatever allow_inf_nan says.
-    huge = _HUGE_TEXT if isinstance(data, str) else _HUGE_BYTES
-    if huge.search(data) is not None and not finite(value):  # type: ignore[arg-type]
-        return strict_loads(data)  # raises NonFiniteNumber, as json.loads with the hook would
-    return value
 
 
-def loads(data: str | bytes | bytearray, *, max_depth: int = MAX_DEPTH) -> Any:
-    """``json.loads`` that raises :class:`JsonTooDeep` (a ``ValueError``) past ``max_depth``."""
+def loads(data: str | bytes | bytearray, *, max_depth: int = MAX_DEPTH, finite_only: bool = True) -> Any:
+    """:func:`parse`, refusing nesting past ``max_depth`` (:class:`JsonTooDeep`) and, unless
+    ``finite_only`` is false, a number too large for a float (:class:`NonFiniteNumber`); both
+    are ``ValueError``."""
     try:
         value = parse(data)
     except RecursionError:
@@ -100,6 +86,8 @@ def loads(data: str | bytes | bytearray, *, max_depth: int = MAX_DEPTH) -> Any:
         brackets = data.count(b"[") + data.count(b"{")
     if brackets > max_depth and too_deep(value, max_depth):
         raise JsonTooDeep(max_depth)
+    if finite_only and not finite(value):
+        raise NonFiniteNumber("a number too large for a float (such as 1e400)")
     return value
 
 
