@@ -6,11 +6,19 @@ bound of their own, :mod:`service.providers.upstream_json`). Python's parser ref
 shallower documents can still exhaust the stack later (validation and re-encoding recurse too),
 so nesting past :data:`MAX_DEPTH` is refused up front as malformed input, a ``ValueError``
 like any other.
+
+Only strict JSON (RFC 8259) is read. ``json.loads`` takes ``NaN``, ``Infinity`` and
+``-Infinity``, and reads a number too large for a float (``1e400``) as infinity, but a
+browser's ``JSON.parse`` and PostgreSQL take none of them back: :func:`parse` refuses the three
+names, and :func:`loads` also a number too large, each a :class:`NonFiniteNumber` (a
+``ValueError``, malformed JSON like any other). What the service writes is strict for the same
+reason (:func:`dumps`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from pydantic_core import from_json
@@ -27,23 +35,46 @@ class JsonTooDeep(ValueError):
         self.max_depth = max_depth
 
 
+class NonFiniteNumber(ValueError):
+    """The document holds ``NaN``, ``Infinity`` or ``-Infinity``, or a number too large for a float."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(
+            f"{what} is not a JSON number: NaN, Infinity and numbers too large for a float are refused"
+        )
+
+
+def _constant(name: str) -> Any:
+    raise NonFiniteNumber(name)
+
+
+def strict_loads(data: str | bytes | bytearray) -> Any:
+    """``json.loads(data)``, refusing ``NaN``, ``Infinity`` and ``-Infinity``
+    (:class:`NonFiniteNumber`); like it, it reads ``1e400`` as infinity."""
+    return json.loads(data, parse_constant=_constant)
+
+
 def parse(data: str | bytes | bytearray) -> Any:
-    """``json.loads(data)``, read by pydantic's JSON parser where it can.
+    """:func:`strict_loads`, read by pydantic's JSON parser where it can.
 
     pydantic-core's parser (a dependency already) reads a model's chunk in a quarter of the time
-    ``json.loads`` takes, and a provider reads one per token. It gives what ``json.loads`` gives
-    for what both read (a property test holds it to that); what it refuses (bad JSON, but also
-    lone surrogates, nesting past 200 levels, UTF-16 bytes, a str it cannot encode) goes to ``json.loads``, whose answer
-    or error then stands, so nothing is accepted or refused differently.
+    ``json.loads`` takes, and a provider reads one per token. It gives what :func:`strict_loads`
+    gives for what both read (a property test holds it to that); what it refuses (bad JSON, but
+    also lone surrogates, nesting past 200 levels, UTF-16 bytes, a str it cannot encode) goes to
+    :func:`strict_loads`, whose answer or error then stands, so nothing is accepted or refused
+    differently. A number too large for a float is read as infinity by both, as ``json.loads``
+    reads it: looking for one costs a walk of every chunk, so :func:`loads` does it, not this.
     """
     try:
-        return from_json(data)
+        return from_json(data, allow_inf_nan=False)
     except (ValueError, TypeError):  # TypeError: a str it cannot encode (a lone surrogate in it)
-        return json.loads(data)
+        return strict_loads(data)
 
 
-def loads(data: str | bytes | bytearray, *, max_depth: int = MAX_DEPTH) -> Any:
-    """``json.loads`` that raises :class:`JsonTooDeep` (a ``ValueError``) past ``max_depth``."""
+def loads(data: str | bytes | bytearray, *, max_depth: int = MAX_DEPTH, finite_only: bool = True) -> Any:
+    """:func:`parse`, refusing nesting past ``max_depth`` (:class:`JsonTooDeep`) and, unless
+    ``finite_only`` is false, a number too large for a float (:class:`NonFiniteNumber`); both
+    are ``ValueError``."""
     try:
         value = parse(data)
     except RecursionError:
@@ -55,7 +86,33 @@ def loads(data: str | bytes | bytearray, *, max_depth: int = MAX_DEPTH) -> Any:
         brackets = data.count(b"[") + data.count(b"{")
     if brackets > max_depth and too_deep(value, max_depth):
         raise JsonTooDeep(max_depth)
+    if finite_only and not finite(value):
+        raise NonFiniteNumber("a number too large for a float (such as 1e400)")
     return value
+
+
+def finite(value: Any) -> bool:
+    """False when ``value`` (parsed JSON) holds a float that is NaN or infinite."""
+    stack: list[Any] = [value]
+    while stack:
+        node = stack.pop()
+        if type(node) is float:
+            if not math.isfinite(node):
+                return False
+        elif isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return True
+
+
+_ENCODER = json.JSONEncoder(allow_nan=False)
+
+
+def dumps(value: Any) -> str:
+    """``json.dumps(value)``, but strict: a NaN or infinite float raises ``ValueError`` rather
+    than being written as ``NaN`` or ``Infinity``, which strict parsers refuse."""
+    return _ENCODER.encode(value)
 
 
 def too_deep(value: Any, max_depth: int = MAX_DEPTH) -> bool:

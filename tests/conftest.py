@@ -201,10 +201,15 @@ async def sse_blocks(response: aiohttp.ClientResponse) -> AsyncIterator[dict[str
                 fields[name] = value
 
 
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"the service wrote {constant}, which is not JSON")
+
+
 async def sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
-    """Parse an SSE body into events: {"data": parsed JSON, "event": name, "id": id}."""
+    """Parse an SSE body into events: {"data": parsed JSON, "event": name, "id": id}. Read as
+    strictly as a browser reads it: a ``NaN`` or ``Infinity`` the service writes fails the test."""
     async for block in sse_blocks(response):
-        yield {**block, "data": json.loads(block["data"])}
+        yield {**block, "data": json.loads(block["data"], parse_constant=_not_json)}
 
 
 async def stream_agent(client: TestClient, message: str, **body: Any) -> list[dict[str, Any]]:

@@ -96,7 +96,7 @@ def result_text(result: mcp_types.CallToolResult) -> str:
             else:
                 parts.append(f"[resource: {resource.uri}]")
     if not parts and result.structured_content is not None:
-        return json.dumps(result.structured_content, ensure_ascii=False)
+        return json.dumps(result.structured_content, ensure_ascii=False, allow_nan=False)
     return "\n".join(parts)
 
 

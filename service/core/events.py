@@ -14,7 +14,22 @@ import time
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter
+
+from service import jsonsafe
+
+
+def _finite(value: Any) -> Any:
+    # The service's writers refuse NaN and infinities (strict JSON) while pydantic's
+    # model_dump_json writes them as null: an event that never holds one reads the same on
+    # every wire and in every store. The edges refuse them, so one here is a bug, made loud.
+    if not jsonsafe.finite(value):
+        raise ValueError("holds NaN or an infinite number, which JSON cannot carry")
+    return value
+
+
+# A JSON value from a client or a model (a tool's input): strict JSON, no NaN or infinity.
+JsonValue = Annotated[Any, AfterValidator(_finite)]
 
 
 class Usage(BaseModel):
@@ -40,14 +55,14 @@ class ToolCall(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     tool: str
-    input: Any
+    input: JsonValue
     tool_use_id: str
     is_error: bool = False
     result: str | None = None
 
 
 class _Event(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, allow_inf_nan=False)
 
 
 class RunStarted(_Event):
@@ -115,7 +130,7 @@ class ToolUse(_Event):
     type: Literal["tool_use"] = "tool_use"
     tool: str
     tool_use_id: str
-    input: Any
+    input: JsonValue
     turn: int = 1
 
 
@@ -207,7 +222,7 @@ class ToolApprovalRequest(_Event):
     approval_id: str
     tool: str
     tool_use_id: str
-    input: Any
+    input: JsonValue
     expires_at: float
     turn: int = 1
 
@@ -224,7 +239,7 @@ class ToolApprovalResponse(_Event):
     approved: bool
     reason: str = ""
     by: str = ""
-    input: Any = None
+    input: JsonValue = None
 
 
 class ContextTrimmed(_Event):

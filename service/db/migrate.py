@@ -16,6 +16,8 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from service import jsonsafe
+
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 
@@ -32,7 +34,9 @@ def make_engine(url: str) -> AsyncEngine:
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-    return create_async_engine(url, pool_pre_ping=True)
+    # Strict JSON into the JSON columns: PostgreSQL refuses NaN and Infinity, so a default
+    # json.dumps would store them on SQLite and fail on PostgreSQL; here both raise alike.
+    return create_async_engine(url, pool_pre_ping=True, json_serializer=jsonsafe.dumps)
 
 
 def head() -> str:

@@ -7,6 +7,9 @@ engine's dialect does the rest. See :mod:`service.core.records` for the contract
 from __future__ import annotations
 
 import logging
+import math
+import re
+from decimal import Decimal
 from typing import Any
 
 import sqlalchemy as sa
@@ -44,17 +47,26 @@ def _record(row: Any) -> SessionRecord:
     )
 
 
+# A cursor's time: a plain decimal in ASCII digits. ``float()`` alone would also take "nan",
+# "inf", "1_000", " 5" and other scripts' digits, none of which this service writes.
+_STAMP = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
+
+
 def cursor_of(record: SessionRecord) -> str:
     """The ``before`` cursor that pages on after ``record`` (its update time, then its id)."""
-    return f"{record.updated_at!r}~{record.id}"
+    # The shortest repr, written without an exponent (1e-05 as 0.00001): the same float back.
+    return f"{Decimal(repr(record.updated_at)):f}~{record.id}"
 
 
 def parse_cursor(cursor: str) -> tuple[float, str]:
     """``(updated_at, id)`` of a cursor; ValueError for one this service did not make."""
     stamp, sep, session_id = cursor.partition("~")
-    if not sep or not session_id:
+    if not sep or not session_id or not _STAMP.fullmatch(stamp):
         raise ValueError("not a cursor from this service")
-    return float(stamp), session_id
+    value = float(stamp)
+    if not math.isfinite(value):  # four hundred digits make an infinity
+        raise ValueError("not a cursor from this service")
+    return value, session_id
 
 
 class SqlRecords(SessionRecords):

@@ -202,7 +202,8 @@ _DELTAS: dict[str, Callable[[Any], dict[str, Any] | None]] = {
 def _json(payload: bytes) -> Any:
     """A frame's body as botocore reads it, ``json.loads(payload.decode("utf-8"))``, through
     :func:`service.jsonsafe.parse` (pydantic's parser where it reads it, ``json.loads`` for the
-    rest): bad UTF-8 and a BOM are botocore's errors still."""
+    rest): bad UTF-8 and a BOM are botocore's errors still. ``NaN`` and ``Infinity``, which
+    botocore reads, are refused here, which leaves such a frame to botocore's parser."""
     return parse(payload.decode("utf-8"))
 
 

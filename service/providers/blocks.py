@@ -8,6 +8,7 @@ not an object) is recorded on the tool use for the model to read, never raised.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,9 +107,11 @@ def usage_from(raw: dict[str, Any], input_key: str, output_key: str, total_key: 
 
 
 def as_int(value: Any) -> int | None:
-    """``value`` as an int, or None when it is not a number."""
+    """``value`` as an int, or None when it is not a finite number."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, (int, float)):
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value):  # botocore's parser reads NaN too
         return int(value)
     return None

@@ -60,7 +60,7 @@ def _tool_result_text(result: dict[str, Any]) -> str:
         if isinstance(item.get("text"), str):
             parts.append(item["text"])
         elif "json" in item:
-            parts.append(json.dumps(item["json"]))
+            parts.append(json.dumps(item["json"], allow_nan=False))
     text = "\n".join(parts)
     # OpenAI's tool message has no status field: the model learns of a failure from the text.
     return f"Error: {text}" if result.get("status") == "error" else text
@@ -72,7 +72,10 @@ def _assistant_message(blocks: list[dict[str, Any]]) -> dict[str, Any] | None:
         {
             "id": use.get("toolUseId", ""),
             "type": "function",
-            "function": {"name": use.get("name", ""), "arguments": json.dumps(use.get("input") or {})},
+            "function": {
+                "name": use.get("name", ""),
+                "arguments": json.dumps(use.get("input") or {}, allow_nan=False),
+            },
         }
         for use in (block["toolUse"] for block in blocks if isinstance(block.get("toolUse"), dict))
     ]
@@ -147,7 +150,8 @@ def _error_detail(body: bytes) -> tuple[str, str]:
     for key in ("message", "detail"):
         if parsed.get(key):
             value = parsed[key]
-            return (value if isinstance(value, str) else json.dumps(value)), str(parsed.get("type") or "")
+            message = value if isinstance(value, str) else json.dumps(value, allow_nan=False)
+            return message, str(parsed.get("type") or "")
     return text[:300], ""
 
 
@@ -301,7 +305,7 @@ class OpenAIProvider:
     async def raw_stream(self, request: ModelRequest) -> AsyncGenerator[dict[str, Any] | str, None]:
         """Yield the stream's chunks and finally ``"[DONE]"``; errors are raised as ProviderError."""
         await self.admission.enter()  # a burst of new requests starts a few per loop turn
-        payload = json.dumps(self.request_body(request)).encode("utf-8")
+        payload = json.dumps(self.request_body(request), allow_nan=False).encode("utf-8")
         session = self._client()
         self._active += 1
         try:

@@ -126,7 +126,10 @@ def decode_data(payload: str) -> dict[str, Any] | str | None:
     if text == DONE:
         return DONE
     try:
-        value = upstream_json.loads(text)
+        # A chunk carries text as strings and counts that as_int refuses unless finite; a tool's
+        # input, where a number matters, is checked whole when its block closes. Looking for an
+        # overflowed float here would walk every token's chunk.
+        value = upstream_json.loads(text, finite_only=False)
     except ValueError as exc:
         raise ProviderError(
             f"The model stream sent malformed JSON ({exc}): {text[:120]!r}", code="malformed_chunk"
@@ -304,7 +307,9 @@ class OpenAIStreamParser:
             emitted.extend(self._start(index, call))
         fragment = function.get("arguments")
         if isinstance(fragment, dict):
-            # A few servers send the arguments as an object rather than JSON text.
+            # A few servers send the arguments as an object rather than JSON text. Written as
+            # json writes it (an overflowed float as Infinity), so the strict parse when the
+            # block closes gives the model the error rather than this parser raising.
             fragment = json.dumps(fragment)
         if isinstance(fragment, str) and fragment:
             block.parts.append(fragment)

@@ -5,7 +5,9 @@ hundreds of levels deep parses but cannot go on: pydantic stops serialising an e
 200 levels, and the conversation is sent back to the model. Every JSON the providers read from
 an upstream (stream chunks, tool inputs, error bodies) goes through :func:`loads`, which refuses
 anything deeper than :data:`MAX_DEPTH` with the ValueError any other malformed JSON gives, so
-each caller's handling of bad JSON covers it too.
+each caller's handling of bad JSON covers it too. ``NaN``, ``Infinity`` and numbers too large
+for a float are refused the same way (:mod:`service.jsonsafe`): a tool input holding one
+becomes an error result the model reads, not a value written on as ``NaN``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ __all__ = ["MAX_DEPTH", "loads"]
 MAX_DEPTH = 100
 
 
-def loads(text: str | bytes) -> Any:
-    """``json.loads``; JSON nested deeper than :data:`MAX_DEPTH` raises ValueError like bad JSON does."""
-    return jsonsafe.loads(text, max_depth=MAX_DEPTH)
+def loads(text: str | bytes, *, finite_only: bool = True) -> Any:
+    """``json.loads``; JSON nested deeper than :data:`MAX_DEPTH`, ``NaN`` or ``Infinity``, and
+    (unless ``finite_only`` is false) a number too large for a float raise ValueError like bad
+    JSON does (:func:`service.jsonsafe.loads`)."""
+    return jsonsafe.loads(text, max_depth=MAX_DEPTH, finite_only=finite_only)

@@ -145,7 +145,7 @@ class RedisSessionStore(SessionStore):
                     f"{record.created_at:.6f}",
                     backend.session_ttl_ms,
                     int(now * 1000),
-                    json.dumps(record.messages, separators=(",", ":")),
+                    json.dumps(record.messages, separators=(",", ":"), allow_nan=False),
                     record.usage.model_dump_json(),
                     record.resume_after,
                 ],
@@ -220,7 +220,7 @@ class RedisSessionStore(SessionStore):
         args: list[Any] = [
             session.id,
             fence,
-            json.dumps(session.messages, separators=(",", ":")),
+            json.dumps(session.messages, separators=(",", ":"), allow_nan=False),
             session.usage.model_dump_json(),
             backend.session_ttl_ms,
             int(now * 1000),

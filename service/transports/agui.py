@@ -130,7 +130,8 @@ def messages_of(conversation: list[dict[str, Any]]) -> list[Message]:
                 ToolCall(
                     id=block["toolUse"]["toolUseId"],
                     function=FunctionCall(
-                        name=block["toolUse"]["name"], arguments=json.dumps(block["toolUse"].get("input"))
+                        name=block["toolUse"]["name"],
+                        arguments=json.dumps(block["toolUse"].get("input"), allow_nan=False),
                     ),
                 )
                 for block in blocks

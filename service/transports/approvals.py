@@ -146,7 +146,7 @@ async def post_approval(request: web.Request) -> web.Response:
         reply = await answer(context, session, request.match_info["approval_id"], body, "http")
     except ApprovalError as exc:
         raise json_error(exc.status, str(exc)) from None
-    return web.json_response(reply)
+    return web.json_response(reply, dumps=dialects.dumps)
 
 
 def add_routes(app: web.Application) -> None:

@@ -246,7 +246,7 @@ def steps(event: Event) -> list[payloads.StepsEvent]:
                 "step_type": "action",
                 "step_number": event.step_number,
                 "model_output": event.text,
-                "code_action": json.dumps(calls) if calls else None,
+                "code_action": json.dumps(calls, allow_nan=False) if calls else None,
                 "observations": "\n".join(event.observations) if event.observations else None,
                 "error": event.error,
                 "token_usage": usage_dict(event.usage),
@@ -374,15 +374,18 @@ def _default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
-# One encoder for every payload: json.dumps with options would build one per call.
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=_default)
+# One encoder for every payload: json.dumps with options would build one per call. Strict
+# (allow_nan=False): a NaN or infinity raises rather than going out as ``NaN``, which no
+# browser's JSON.parse reads; the edges refuse them (service.jsonsafe), so one here is a bug.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=_default, allow_nan=False)
 # A string as JSON, as _ENCODER writes it (ensure_ascii=False).
 _string = json.encoder.encode_basestring
 quote = _string  # the same, for the dialects that live in modules of their own
 
 
 def dumps(payload: Any) -> str:
-    """Compact JSON, with bytes (redacted reasoning) as base64."""
+    """Compact strict JSON, with bytes (redacted reasoning) as base64; ValueError on a NaN or
+    an infinity."""
     return _ENCODER.encode(payload)
 
 

@@ -35,7 +35,7 @@ async def agent_run(request: web.Request) -> web.Response:
     if isinstance(terminal, RunDone):
         reply = dialects.agent(terminal) or {}
         reply.pop("type", None)
-        return web.json_response({"response": text, **reply})
+        return web.json_response({"response": text, **reply}, dumps=dialects.dumps)
     error = terminal if isinstance(terminal, RunError) else RunError(error="the run ended without a result")
     return error_response(
         503,

@@ -26,11 +26,13 @@ from service.errors import (
 from service.logs import session_id_var
 
 log = logging.getLogger(__name__)
+# An error body is strict JSON like every other answer: a NaN in ``extra`` raises here.
+_strict_dumps = json.JSONEncoder(allow_nan=False).encode
 
 
 def error_response(status: int, message: str, **extra: Any) -> web.Response:
     """A JSON error reply."""
-    return web.json_response({"error": message, **extra}, status=status)
+    return web.json_response({"error": message, **extra}, status=status, dumps=_strict_dumps)
 
 
 def json_error(status: int, message: str, **extra: Any) -> web.HTTPException:
@@ -52,7 +54,7 @@ def json_error(status: int, message: str, **extra: Any) -> web.HTTPException:
             cls = candidate
             break
     kwargs: dict[str, Any] = {
-        "text": json.dumps({"error": message, **extra}),
+        "text": _strict_dumps({"error": message, **extra}),
         "content_type": "application/json",
     }
     if cls is web.HTTPRequestEntityTooLarge:

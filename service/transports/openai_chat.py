@@ -93,7 +93,7 @@ async def read_request(request: web.Request) -> ChatCompletionRequest:
     """The body as a chat completion request; a 400 (413 too large) in OpenAI's shape otherwise."""
     data = await read_object(request)  # 413, 400, 422 (reshaped as a 400 by the middleware)
     try:
-        json.dumps(data, ensure_ascii=False).encode()
+        json.dumps(data, ensure_ascii=False, allow_nan=False).encode()
     except UnicodeEncodeError:
         raise chat_error(400, "the body must be valid Unicode text (no lone surrogates)") from None
     try:

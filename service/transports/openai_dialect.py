@@ -367,7 +367,7 @@ def _tool_call(call: _Call) -> ChatToolCall:
 
 def _arguments_text(value: Any) -> str:
     """A tool input as a call's arguments."""
-    return json.dumps(value if value is not None else {}, separators=(",", ":"))
+    return json.dumps(value if value is not None else {}, separators=(",", ":"), allow_nan=False)
 
 
 # --- errors ------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import contextlib
 import gc
 import json
 import logging
+import math
 import re
 from collections.abc import AsyncIterator
 from typing import Any
@@ -68,7 +69,7 @@ long_text = st.integers(MAX_CHARS + 1, MAX_CHARS + 50).map(lambda n: "x" * n)
 blank_text = st.text(st.sampled_from(" \t\n\r\x0b\x0c\u00a0\u2003"), max_size=5)
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | any_text,
+    st.none() | st.booleans() | st.integers() | st.floats() | any_text,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(any_text, inner, max_size=4),
     max_leaves=10,
 )
@@ -80,19 +81,37 @@ max_turns_values = (
     | json_values
 )
 
-MALFORMED = object()  # the oracle's "json.loads fails" (or nests too deeply)
+MALFORMED = object()  # the oracle's "strict_json fails" (or nests too deeply)
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (math.inf, -math.inf):
+        raise ValueError(f"{text} is too large for a float")
+    return value
+
+
+def strict_json(text: str | bytes) -> Any:
+    """``text`` read as strict JSON (RFC 8259, as a browser reads it): no NaN, no Infinity, no
+    number too large for a float. The oracle reads client input so, and the checks read every
+    answer so: the service must never write what a strict parser refuses."""
+    return json.loads(text, parse_constant=_not_json, parse_float=_finite_float)
 
 
 def parsed(raw: bytes) -> Any:
     try:
-        return json.loads(raw)
+        return strict_json(raw)
     except (ValueError, RecursionError):
         return MALFORMED
 
 
 def encoded(value: Any) -> tuple[bytes, Any]:
     raw = json.dumps(value).encode()
-    return raw, json.loads(raw)  # as the service reads it: an escaped surrogate pair is one character
+    return raw, parsed(raw)  # as the service reads it: an escaped surrogate pair is one character
 
 
 def raw_body(raw: bytes) -> tuple[bytes, Any]:
@@ -203,7 +222,7 @@ async def assert_error(response: aiohttp.ClientResponse, allowed: set[int]) -> N
     assert response.content_type == "application/json", text
     if response.status == 405:
         assert response.headers.get("Allow"), "a 405 names the methods the path takes"
-    body = json.loads(text)
+    body = strict_json(text)
     assert isinstance(body, dict) and isinstance(body.get("error"), str) and body["error"], body
 
 
@@ -585,7 +604,7 @@ async def test_raw_header_bytes(
     assert status in expected, (status, body)
     if status >= 400:
         assert content_type == "application/json", body
-        reply = json.loads(body)
+        reply = strict_json(body)
         assert isinstance(reply["error"], str), reply
     assert_clean_log(caplog)
 
@@ -641,7 +660,7 @@ ws_frames = st.one_of(
 def expected_ws_error(text: str) -> str | None:
     """The error code a text frame must get, where that does not depend on the session's state."""
     try:
-        message = json.loads(text)
+        message = strict_json(text)
     except (ValueError, RecursionError):
         return "bad_json"
     if not isinstance(message, dict):
@@ -683,7 +702,7 @@ class Socket:
             while True:
                 message = await ws.receive()
                 assert message.type == WSMsgType.TEXT, (message.type, message.data, message.extra)
-                frame = json.loads(message.data)
+                frame = strict_json(message.data)
                 assert isinstance(frame, dict) and isinstance(frame.get("type"), str), frame
                 if frame["type"] == "pong":
                     pongs -= 1

@@ -529,3 +529,68 @@ async def test_a_query_cancelled_mid_answer_reports_what_it_used(client: TestCli
     assert usage["input_tokens"] > 0 and usage["output_tokens"] >= 10
     assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
     assert session.usage.total_tokens == usage["total_tokens"]
+
+
+class ManualStamp:
+    """A session store's clock that says what the test sets."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize(
+    "before",
+    [
+        "nan~s_x",
+        "NaN~s_x",
+        "inf~s_x",
+        "-Infinity~s_x",
+        "1_000~s_x",
+        "\uff11\uff12~s_x",  # full-width digits
+        "\u0661\u0662~s_x",  # Arabic-Indic digits
+        "1e3~s_x",
+        " 5~s_x",
+        "+5~s_x",
+        "5.~s_x",
+        ".5~s_x",
+        "0x10~s_x",
+        "9" * 400 + "~s_x",  # a plain decimal, but float() makes it an infinity
+        "5~",
+        "5",
+        "nonsense",
+    ],
+)
+async def test_a_listing_cursor_is_a_plain_finite_decimal_or_a_400(
+    make_client: ClientFactory, tmp_path: Any, before: str
+) -> None:
+    client = await make_client(database_url=f"sqlite+aiosqlite:///{tmp_path / 'sessions.db'}")
+    async with client.get("/sessions", params={"before": before}) as response:
+        assert response.status == 400, await response.text()
+        assert "before" in (await response.json())["error"]
+
+
+async def test_a_listing_cursor_pages_on_whatever_the_clock_reads(
+    make_client: ClientFactory, tmp_path: Any
+) -> None:
+    """A clock near zero has a repr with an exponent (1e-05); its cursor is still a plain decimal."""
+    database_url = f"sqlite+aiosqlite:///{tmp_path / 'sessions.db'}"
+    client = await make_client(database_url=database_url, session_retention_days=0)
+    clock = ManualStamp(0.0)
+    services_of(client).sessions.clock = clock
+    made = []
+    for stamp in (1e-06, 2e-05, 3e-05):
+        clock.now = stamp
+        made.append(await new_session(client))
+    async with client.get("/sessions", params={"limit": "1"}) as response:
+        page = await response.json()
+    seen = [session["id"] for session in page["sessions"]]
+    while page["next_before"] is not None:
+        assert "e" not in page["next_before"].partition("~")[0]
+        async with client.get("/sessions", params={"limit": "1", "before": page["next_before"]}) as response:
+            assert response.status == 200, await response.text()
+            page = await response.json()
+        seen += [session["id"] for session in page["sessions"]]
+    assert seen == made[::-1]
