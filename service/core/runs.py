@@ -17,7 +17,6 @@ import contextvars
 import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from service.core.approvals import ApprovalDesk, Approver
@@ -30,10 +29,6 @@ from service.core.events import (
     RunStarted,
     Sink,
     StatusChange,
-    TextDelta,
-    ToolCall,
-    ToolResult,
-    ToolUse,
     TurnCompleted,
     Usage,
     is_terminal,
@@ -41,6 +36,7 @@ from service.core.events import (
 from service.core.log import EventLog
 from service.core.options import RunOptions
 from service.core.run_parts import Agent, NoGate, NoObserver, RunGate, RunObserver
+from service.core.run_state import Progress, Run
 from service.core.sessions import (
     IDLE,
     RUNNING,
@@ -58,64 +54,6 @@ CANCELLED = "cancelled"
 SHUTDOWN = "shutdown"
 # The events whose usage counts against the session and its owner's quota.
 _USAGE_EVENTS = frozenset({TurnCompleted, PlanCreated})
-
-
-@dataclass
-class _Progress:
-    """What a run has done so far, so a cancel or a purge snapshot can report it."""
-
-    turns: int = 0
-    usage: Usage = field(default_factory=Usage)
-    tool_calls: list[ToolCall] = field(default_factory=list)
-    text_parts: list[str] = field(default_factory=list)
-    _inputs: dict[str, Any] = field(default_factory=dict)
-
-    def observe(self, event: Event) -> None:
-        if isinstance(event, TextDelta):
-            self.text_parts.append(event.text)
-        elif isinstance(event, TurnCompleted):
-            self.turns = event.turn
-            self.usage = event.total_usage
-        elif isinstance(event, PlanCreated):
-            self.usage = self.usage + event.usage
-        elif isinstance(event, ToolUse):
-            self._inputs[event.tool_use_id] = event.input
-        elif isinstance(event, ToolResult):
-            self.tool_calls.append(
-                ToolCall(
-                    tool=event.tool,
-                    input=self._inputs.get(event.tool_use_id),
-                    tool_use_id=event.tool_use_id,
-                    is_error=event.is_error,
-                    result=event.result,
-                )
-            )
-
-    @property
-    def text(self) -> str:
-        """The answer's text so far."""
-        return "".join(self.text_parts)
-
-
-@dataclass
-class Run:
-    """A query in flight."""
-
-    id: str
-    session: Session
-    message: str
-    max_turns: int
-    task: asyncio.Task[None] | None = None
-    stop_reason: str | None = None
-    fence: str | None = None
-    progress: _Progress = field(default_factory=_Progress)
-    options: RunOptions | None = None
-    taken: int = 0  # events taken from the agent: the newest has id run_start_id + 1 + taken
-
-    async def wait(self) -> None:
-        """Return once the run has written its terminal event."""
-        if self.task is not None:
-            await asyncio.shield(self.task)
 
 
 class RunManager:
@@ -241,13 +179,13 @@ class RunManager:
         """
         run = self._runs.get(session.id)
         current = None
-        progress: _Progress | None = None
+        progress: Progress | None = None
         message = ""
         partial = False
         if run is not None:
             progress, message = run.progress, run.message
         elif session.active and session.run_start_id:
-            progress, message = _Progress(), session.run_message
+            progress, message = Progress(), session.run_message
             entries = await session.log.read(session.run_start_id, strict=False)
             # A query so long that its own first events were purged can only be summed up
             # from what is kept; the snapshot says so.

@@ -20,7 +20,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 
 from service import jsonsafe
 from service.core.log import LogEntry
-from service.core.runs import Run
+from service.core.run_state import Run
 from service.core.sessions import Session
 from service.errors import (
     ApprovalError,
