@@ -73,7 +73,6 @@ class _Turn:
 class AgentLoop:
     """Runs one query against a model with tools, yielding events that end with done or error."""
 
-    takes_sink = True  # run() takes sink=: see service.core.events.Sink
 
     def __init__(
         self,
@@ -315,7 +314,7 @@ class AgentLoop:
     ) -> AsyncIterator[Event]:
         """Stream one model turn, yielding its events (the text deltas ``sink`` takes excepted);
         the result or the error lands in ``into``."""
-        hand_down = emit and sink is not None and getattr(provider, "takes_sink", False)
+        hand_down = emit and sink is not None
         for attempt in range(self.throttle_retries + 1):
             seen: list[str] = []
             into.seen = seen

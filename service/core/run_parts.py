@@ -28,7 +28,9 @@ class Agent(Protocol):
 
         A run manager with an :class:`~service.core.approvals.ApprovalDesk` also passes
         ``approve=`` (an :data:`~service.core.approvals.Approver`), which the agent awaits with
-        the tool uses that need a person's approval before they run. It always passes
+        the tool uses that need a person's approval before they run. Where the run's log can take
+        an event at once it passes ``sink=`` (a :data:`~service.core.events.Sink`), which the
+        agent offers its text deltas to first, yielding only those it declines. It always passes
         ``charge=``, a callable the agent tells the estimated :class:`Usage` of a model turn that
         a cancel cut short (the model reports usage only at a turn's end).
         """

@@ -380,7 +380,7 @@ class RunManager:
         session = run.session
         desk = self.approvals
         extra: dict[str, Any] = {"charge": lambda usage: self._charge_cut_turn(run, usage)}
-        if sink is not None and getattr(self._agent, "takes_sink", False):
+        if sink is not None:
             extra["sink"] = sink
         # Without an approver the agent declines the calls that need one, and says why.
         if desk is not None and (run.options is None or run.options.approvals):

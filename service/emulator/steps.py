@@ -133,11 +133,6 @@ class Plan:
     stall_ms: float = 0.0
 
     @property
-    def token_count(self) -> int:
-        """How many output-token steps the plan holds."""
-        return sum(1 for step in self.steps if is_token(step))
-
-    @property
     def stop_reason(self) -> str | None:
         """The stop reason the plan ends with, if it gets that far."""
         for step in self.steps:

@@ -60,14 +60,15 @@ class TurnResult:
 class ModelProvider(Protocol):
     """A model behind a streaming API.
 
-    A provider whose ``stream`` also takes ``sink=`` (a :data:`~service.core.events.Sink`) says so
-    with a true ``takes_sink``: it then offers each text delta to the sink first and yields only
-    those the sink declines.
+    ``stream`` may be given ``sink=`` (a :data:`~service.core.events.Sink`): it then offers each
+    text delta to the sink first and yields only those the sink declines (did not append).
     """
 
     name: str
 
-    def stream(self, request: ModelRequest, turn: int = 1) -> AsyncGenerator[Event | TurnResult, None]:
+    def stream(
+        self, request: ModelRequest, turn: int = 1, sink: Sink | None = None
+    ) -> AsyncGenerator[Event | TurnResult, None]:
         """One model turn: its canonical events as they arrive, then its :class:`TurnResult`.
 
         Closing the iterator closes the upstream stream at once.
@@ -91,9 +92,10 @@ class StreamParser(Protocol):
         ...
 
 
-def kept(event: Any, sink: Sink | None) -> bool:
-    """Whether a provider yields ``event``: anything but a text delta that ``sink`` took."""
-    return sink is None or type(event) is not TextDelta or not sink(event)
+def appended_by_sink(event: Any, sink: Sink | None) -> bool:
+    """Offer a text delta to ``sink``, which appends it to the run's log if it can: True when it
+    did (the provider then does not yield it)."""
+    return sink is not None and type(event) is TextDelta and sink(event)
 
 
 async def parse_stream(
@@ -105,7 +107,7 @@ async def parse_stream(
     async with aclosing(raw) as items:
         async for item in items:
             for event in parser.feed(item):
-                if kept(event, sink):
+                if not appended_by_sink(event, sink):
                     yield event
     yield parser.result()
 

@@ -40,7 +40,7 @@ from service.core.admission import Admission
 from service.core.burst import Burst
 from service.core.events import Event, Sink
 from service.errors import ProviderError
-from service.providers.base import POOL_IDLE_S, ModelRequest, TurnResult, alternate_roles, kept
+from service.providers.base import POOL_IDLE_S, ModelRequest, TurnResult, alternate_roles, appended_by_sink
 from service.providers.bedrock_events import (
     FrameDecoder,
     delta_body,
@@ -263,7 +263,6 @@ class BedrockProvider:
                     self._client = client
         return self._client
 
-    takes_sink = True
 
     def stream(
         self, request: ModelRequest, turn: int = 1, sink: Sink | None = None
@@ -296,7 +295,7 @@ class BedrockProvider:
                 if not isinstance(raw, aiohttp.ClientResponse):  # not aiohttp: aiobotocore's own reader
                     async for event in events:
                         for item in _parsed(event, parser):
-                            if kept(item, sink):
+                            if not appended_by_sink(item, sink):
                                 yield item
                 else:
                     async with contextlib.aclosing(self._frames(raw, events, parser, sink)) as frames:
@@ -345,7 +344,7 @@ class BedrockProvider:
                             event = await events._parse_event(frame.message())
                         if event:  # botocore skips what parses to nothing (an unknown event type)
                             for item in _parsed(event, parser):
-                                if kept(item, sink):
+                                if not appended_by_sink(item, sink):
                                     yield item
                 finally:
                     if burst is not None:

@@ -45,8 +45,6 @@ TAIL_ENTRIES = 4096
 READ_BATCH = 1000
 # Connections per instance for commands (the reader and the cancel listener have their own).
 REDIS_CONNECTIONS = 16
-# /healthz's probe of Redis gets at most this long (or the deadline, when shorter).
-PROBE_S = 0.5
 
 
 def unavailable(exc: BaseException) -> StoreUnavailable:
@@ -240,11 +238,6 @@ class RedisConnections:
     def call(self, extra_s: float = 0.0) -> contextlib.AbstractAsyncContextManager[None]:
         """Bound one call to Redis by the deadline (plus ``extra_s``, for a blocking read)."""
         return store_call(self.deadline_s + extra_s)
-
-    @property
-    def probe_s(self) -> float:
-        """How long a health probe waits for Redis: short, so /healthz always answers at once."""
-        return min(PROBE_S, self.deadline_s)
 
     async def outlast(self, write: Callable[[], Awaitable[T]]) -> T:
         """A write of a run that holds a claim, tried again while Redis is unavailable for less than

@@ -223,11 +223,6 @@ class RedisQuotaCounters:
             now_ms = int(await self._now_ms())
             return int(await self.connections.redis.zcount(self._key(owner, kind), f"({now_ms}", "+inf"))
 
-    async def tokens_used(self, owner: str, day: int) -> int:
-        """The tokens ``owner`` used on that day, every instance together."""
-        async with self._call():
-            return int(await self.connections.redis.get(self._key(owner, f"tok:{day}")) or 0)
-
     async def _now_ms(self) -> Any:
         seconds, micros = await self.connections.redis.time()
         return seconds * 1000 + micros // 1000

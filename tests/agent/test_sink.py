@@ -28,8 +28,6 @@ class SinkProvider:
     error raised where it stands."""
 
     name = "scripted"
-    takes_sink = True
-
     def __init__(self, *turns: list[Step]) -> None:
         self.turns = list(turns)
         self.offered = 0
@@ -92,23 +90,6 @@ async def test_the_run_sees_the_same_events_in_the_same_order(sink: Sink) -> Non
     assert without_times(handed_down) == without_times(through_generators)
     assert provider.offered == 3
     assert isinstance(handed_down[-1], RunDone)
-
-
-async def test_a_provider_without_a_sink_is_not_given_one() -> None:
-    class Plain(SinkProvider):
-        takes_sink = False
-
-        async def stream(  # type: ignore[override]
-            self, request: ModelRequest, turn: int = 1
-        ) -> AsyncGenerator[Event | TurnResult, None]:
-            yield text_delta("hi", 1)
-            yield text_turn("hi")
-
-    agent = AgentLoop(Plain(), ToolExecutor([]))
-    taken: list[Event] = []
-    events = [e async for e in agent.run([], "hi", 1, sink=lambda e: bool(taken.append(e)) or True)]
-    assert not taken
-    assert [e.type for e in events][:1] == ["text_delta"]
 
 
 async def test_text_the_sink_took_counts_as_seen_a_later_error_is_not_retried() -> None:

@@ -23,7 +23,7 @@ class ScriptedAgent:
         self.started = asyncio.Event()
 
     async def run(
-        self, messages: list[dict[str, Any]], user_text: str, max_turns: int, options: Any = None, charge: Any = None
+        self, messages: list[dict[str, Any]], user_text: str, max_turns: int, options: Any = None, charge: Any = None, sink: Any = None
     ) -> AsyncIterator[Event]:
         messages.append({"role": "user", "content": [{"text": user_text}]})
         self.started.set()
@@ -147,8 +147,6 @@ async def test_unknown_session() -> None:
 
 class SinkAgent:
     """Offers its text deltas to the run's sink (when it is given one) and yields the rest."""
-
-    takes_sink = True
 
     def __init__(self, texts: list[str]) -> None:
         self.texts = texts
