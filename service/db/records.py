@@ -16,7 +16,7 @@ from service.core.events import Usage
 from service.core.records import Page, RunEnd, SessionRecord, SessionRecords, title_of
 from service.db import migrate, tables
 from service.db.tables import runs, sessions
-from service.errors import SessionExists, StoreUnavailable
+from service.errors import DatabaseUnavailable, SessionExists
 
 log = logging.getLogger(__name__)
 
@@ -243,7 +243,7 @@ async def _delete(conn: AsyncConnection, ids: list[str]) -> int:
 
 
 class _Transaction:
-    """``engine.begin()``, with the database's failures told as :class:`StoreUnavailable` (a 503)."""
+    """``engine.begin()``, with the database's failures told as :class:`DatabaseUnavailable` (a 503)."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._context = engine.begin()
@@ -252,13 +252,13 @@ class _Transaction:
         try:
             return await self._context.__aenter__()
         except _DOWN as exc:
-            raise StoreUnavailable(f"the session database is unavailable: {exc}") from exc
+            raise DatabaseUnavailable(f"the session database is unavailable: {exc}") from exc
 
     async def __aexit__(self, *exc_info: Any) -> bool | None:
         try:
             await self._context.__aexit__(*exc_info)
         except _DOWN as exc:
-            raise StoreUnavailable(f"the session database is unavailable: {exc}") from exc
+            raise DatabaseUnavailable(f"the session database is unavailable: {exc}") from exc
         if isinstance(exc_info[1], _DOWN):
-            raise StoreUnavailable(f"the session database is unavailable: {exc_info[1]}") from exc_info[1]
+            raise DatabaseUnavailable(f"the session database is unavailable: {exc_info[1]}") from exc_info[1]
         return None
