@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from service.core.events import Usage
 from service.core.records import Page, RunEnd, SessionRecord, SessionRecords, title_of
+from service.core.sessions import valid_client_id
 from service.db import migrate, tables
 from service.db.tables import runs, sessions
 from service.errors import DatabaseUnavailable, SessionExists
@@ -23,6 +24,7 @@ log = logging.getLogger(__name__)
 IDLE = "idle"
 RUNNING = "running"
 SWEEP_BATCH = 500
+ERROR_CHARS = 64  # runs.error: a run's error code
 # What a database that is down or unreachable raises (a 503 for new work, as Redis's outages are).
 _DOWN = (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.DisconnectionError, OSError)
 
@@ -44,6 +46,20 @@ def _record(row: Any) -> SessionRecord:
     )
 
 
+def _text(value: str, limit: int | None = None) -> str:
+    """``value`` as a text column keeps it. PostgreSQL's text refuses U+0000, so it is kept as
+    U+FFFD: the edge refuses NUL in what clients send, and this is the net under anything else
+    (the conversation itself is JSON, where ``\\u0000`` is kept exactly)."""
+    value = value.replace("\x00", "\ufffd")
+    return value if limit is None else value[:limit]
+
+
+def _storable(session_id: str) -> bool:
+    """Whether a session of that id can be on record: every id made or taken has the alphabet of
+    ``CLIENT_ID``, so another (a NUL in a path, too long for the column) is looked up nowhere."""
+    return valid_client_id(session_id)
+
+
 def cursor_of(record: SessionRecord) -> str:
     """The ``before`` cursor that pages on after ``record`` (its update time, then its id)."""
     return f"{record.updated_at!r}~{record.id}"
@@ -52,7 +68,7 @@ def cursor_of(record: SessionRecord) -> str:
 def parse_cursor(cursor: str) -> tuple[float, str]:
     """``(updated_at, id)`` of a cursor; ValueError for one this service did not make."""
     stamp, sep, session_id = cursor.partition("~")
-    if not sep or not session_id:
+    if not sep or not _storable(session_id):
         raise ValueError("not a cursor from this service")
     return float(stamp), session_id
 
@@ -109,10 +125,10 @@ class SqlRecords(SessionRecords):
                 "ids_reserved_until": ids_reserved_until,
             }
             if not title:
-                values["title"] = title_of(message)
+                values["title"] = _text(title_of(message))
             await conn.execute(sessions.update().where(sessions.c.id == session_id).values(**values))
             await conn.execute(
-                runs.insert().values(id=run_id, session_id=session_id, message=message, started_at=now)
+                runs.insert().values(id=run_id, session_id=session_id, message=_text(message), started_at=now)
             )
 
     async def reserve_ids(self, session_id: str, ids_reserved_until: int) -> None:
@@ -170,10 +186,12 @@ class SqlRecords(SessionRecords):
             await conn.execute(
                 runs.update()
                 .where(runs.c.id == run_id)
-                .values(ended_at=now, outcome=end.outcome, error=end.error)
+                .values(ended_at=now, outcome=end.outcome, error=_text(end.error, ERROR_CHARS))
             )
 
     async def load(self, session_id: str) -> SessionRecord | None:
+        if not _storable(session_id):
+            return None
         async with self._begin() as conn:
             row = (await conn.execute(sa.select(sessions).where(sessions.c.id == session_id))).first()
             if row is None:
@@ -203,15 +221,19 @@ class SqlRecords(SessionRecords):
         return Page(page, cursor_of(page[-1]) if len(found) > limit else None)
 
     async def rename(self, session_id: str, owner: str, title: str, now: float) -> bool:
+        if not _storable(session_id):
+            return False
         async with self._begin() as conn:
             updated = await conn.execute(
                 sessions.update()
                 .where(sessions.c.id == session_id, sessions.c.owner == owner)
-                .values(title=title, updated_at=now)
+                .values(title=_text(title), updated_at=now)
             )
             return bool(updated.rowcount)
 
     async def delete(self, session_id: str) -> bool:
+        if not _storable(session_id):
+            return False
         async with self._begin() as conn:
             return await _delete(conn, [session_id]) > 0
 

@@ -16,6 +16,7 @@ from service.transports.inputs import (
     MessageRequest,
     TitleRequest,
     check_length,
+    check_text_param,
     int_param,
     read_json,
     read_object,
@@ -51,7 +52,7 @@ async def list_sessions(request: web.Request) -> web.Response:
     """``GET /sessions?limit=&before=``: the caller's sessions, newest update first."""
     store = durable(context_of(request))
     limit = min(int_param(request, "limit", minimum=1) or LIST_LIMIT, LIST_LIMIT_MAX)
-    before = request.query.get("before") or None
+    before = check_text_param(request, "before") or None
     try:
         page = await store.list_owned(owner_of(request), limit, before)
     except ValueError:

@@ -34,6 +34,7 @@ from service.transports import approvals, dialects
 from service.transports.auth import origin_allowed, owner_of
 from service.transports.context import Context, context_of
 from service.transports.follow import Ending, Stop
+from service.transports.inputs import NUL_REFUSED, holds_nul, may_hold_nul
 from service.transports.pump import Outbox, Pumps, TooSlow, pump, write_until_closed
 from service.transports.quotas import quota_fields
 from service.transports.reading import purged_body
@@ -141,6 +142,8 @@ class Connection:
             if "\\u" in text and not _encodable(message):
                 # A lone surrogate (an escaped one: JSON text is UTF-8) can't be stored or sent.
                 raise ClientError("invalid", "a message must be valid Unicode text (no lone surrogates)")
+            if may_hold_nul(text) and holds_nul(message):
+                raise ClientError("invalid", NUL_REFUSED)
             request_type = message.get("type")
             if request_type != "ping":
                 await self._count_request()
