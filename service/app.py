@@ -243,7 +243,7 @@ def create_app(
     if settings.database():
         from service.db import SqlRecords
 
-        records = SqlRecords(settings.database())
+        records = SqlRecords(settings.database(), migrate_on_start=settings.database_migrate)
         sessions = DurableSessionStore(sessions, records, retention_days=settings.session_retention_days)
     metrics = Metrics()
     quotas: Quotas = Quotas.from_settings(settings)

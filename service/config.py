@@ -97,6 +97,9 @@ class Settings(BaseSettings):
     # database's URL; unset: SQLite in data_dir; set empty: no database, sessions in memory/Redis only.
     data_dir: str = "./data"
     database_url: str | None = None
+    # Apply the missing migrations at start; off where they run once elsewhere (`agentstream db
+    # upgrade`, or the --workers supervisor before it starts its workers, which must not race).
+    database_migrate: bool = True
     # Sessions not updated for this many days are deleted from the database; 0 keeps them.
     session_retention_days: float = Field(30.0, ge=0)
     # The most input tokens a request to the model may hold; older whole turns are left out of
