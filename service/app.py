@@ -154,6 +154,22 @@ def _store_probe(services: Services) -> Any:
     return probe
 
 
+def _database_probe(records: Any) -> Any:
+    """The ``database`` section of ``/healthz``: its kind, and whether it answers a round trip in
+    time. Without it no session can be created or loaded, so its being down degrades the service."""
+
+    async def probe(timeout: float) -> Health:
+        section: dict[str, Any] = {"kind": records.kind, "connected": False}
+        try:
+            await records.ping(timeout)
+        except StoreUnavailable:
+            return Health(section, healthy=False)
+        section["connected"] = True
+        return Health(section)
+
+    return probe
+
+
 def _mcp_probe(tools: Any) -> Any:
     """The ``mcp`` section of ``/healthz``: each server's state; one being down is no failure."""
 
@@ -243,8 +259,17 @@ def create_app(
     if settings.database():
         from service.db import SqlRecords
 
-        records = SqlRecords(settings.database(), migrate_on_start=settings.database_migrate)
-        sessions = DurableSessionStore(sessions, records, retention_days=settings.session_retention_days)
+        records = SqlRecords(
+            settings.database(),
+            migrate_on_start=settings.database_migrate,
+            deadline_s=settings.database_deadline_s,
+        )
+        sessions = DurableSessionStore(
+            sessions,
+            records,
+            retention_days=settings.session_retention_days,
+            wait_s=settings.database_deadline_s,
+        )
     metrics = Metrics()
     quotas: Quotas = Quotas.from_settings(settings)
     if backend is not None and settings.api_keys:
@@ -288,6 +313,8 @@ def create_app(
     app[SERVICES] = services
     app[CONTEXT] = services
     services.health["store"] = _store_probe(services)
+    if records is not None:
+        services.health["database"] = _database_probe(records)
     app[QUOTAS] = quotas
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
@@ -357,6 +384,8 @@ def create_app(
                 await quotas.stop()
             if backend is not None:
                 await backend.stop()
+            if isinstance(sessions, DurableSessionStore):
+                await sessions.settle(settings.shutdown_timeout_s)  # query ends not recorded yet
             if records is not None:
                 await records.close()
             await services.monitor.stop()

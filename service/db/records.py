@@ -2,12 +2,20 @@
 
 Every method is one transaction and a few statements, written once for both databases; the
 engine's dialect does the rest. See :mod:`service.core.records` for the contract.
+
+Every call keeps a deadline (``AGENT_DATABASE_DEADLINE_S``), as every Redis call does: a database
+that is down or stalled (a server that stops answering without closing its connections) gives
+:class:`~service.errors.DatabaseUnavailable`, a 503, within the deadline, instead of holding the
+request until a TCP or pool timeout a minute later.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -25,8 +33,16 @@ IDLE = "idle"
 RUNNING = "running"
 SWEEP_BATCH = 500
 ERROR_CHARS = 64  # runs.error: a run's error code
-# What a database that is down or unreachable raises (a 503 for new work, as Redis's outages are).
-_DOWN = (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.DisconnectionError, OSError)
+# What a database that is down or unreachable raises (a 503 for new work, as Redis's outages are);
+# sa.exc.TimeoutError is the pool's, when every connection is held by calls that hang.
+_DOWN = (
+    sa.exc.OperationalError,
+    sa.exc.InterfaceError,
+    sa.exc.DisconnectionError,
+    sa.exc.TimeoutError,
+    OSError,
+)
+T = TypeVar("T")
 
 
 def _record(row: Any) -> SessionRecord:
@@ -73,13 +89,65 @@ def parse_cursor(cursor: str) -> tuple[float, str]:
     return float(stamp), session_id
 
 
-class SqlRecords(SessionRecords):
-    """Sessions and conversations in the database at ``url`` (migrated at :meth:`start`)."""
+def _bounded(method: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., Coroutine[Any, Any, T]]:
+    """The method, run within the records' deadline (see :meth:`SqlRecords.within_deadline`)."""
 
-    def __init__(self, url: str, *, migrate_on_start: bool = True) -> None:
+    @functools.wraps(method)
+    async def bounded(self: SqlRecords, *args: Any, **kwargs: Any) -> T:
+        return await self.within_deadline(method(self, *args, **kwargs))
+
+    return bounded
+
+
+class SqlRecords(SessionRecords):
+    """Sessions and conversations in the database at ``url`` (migrated at :meth:`start`); every
+    call answers within ``deadline_s`` or raises :class:`DatabaseUnavailable`."""
+
+    def __init__(self, url: str, *, migrate_on_start: bool = True, deadline_s: float = 3.0) -> None:
         self.url = url
         self.migrate_on_start = migrate_on_start
+        self.deadline_s = deadline_s
         self.engine: AsyncEngine = migrate.make_engine(url)
+        self._abandoned: set[asyncio.Future[Any]] = set()
+
+    async def within_deadline(self, work: Coroutine[Any, Any, T], deadline_s: float | None = None) -> T:
+        """``work``'s result, or :class:`DatabaseUnavailable` once ``deadline_s`` (the records'
+        deadline by default) has passed.
+
+        The work runs as a task of its own that is cancelled at the deadline but not waited for:
+        on a stalled server, the cancelled call's own clean-up (its rollback) waits for the server
+        too, and the caller must not. It ends when the server answers again or the engine closes.
+        """
+        deadline_s = self.deadline_s if deadline_s is None else deadline_s
+        task = asyncio.ensure_future(work)
+        try:
+            done, _ = await asyncio.wait({task}, timeout=deadline_s)
+        except asyncio.CancelledError:
+            self._abandon(task)
+            raise
+        if task in done:
+            return task.result()
+        self._abandon(task)
+        raise DatabaseUnavailable(f"the session database did not answer within {deadline_s:g} s")
+
+    def _abandon(self, task: asyncio.Future[Any]) -> None:
+        task.cancel()
+        self._abandoned.add(task)
+        task.add_done_callback(self._forget_abandoned)
+
+    def _forget_abandoned(self, task: asyncio.Future[Any]) -> None:
+        self._abandoned.discard(task)
+        if not task.cancelled():
+            task.exception()  # its caller was already answered (a 503): nothing more to tell
+
+    async def ping(self, timeout: float) -> None:
+        """One round trip (``SELECT 1``) within ``timeout`` (at most the deadline), for ``/healthz``."""
+
+        async def select_one() -> None:
+            async with self._begin() as conn:
+                await conn.execute(sa.text("SELECT 1"))
+
+        await self.within_deadline(select_one(), min(timeout, self.deadline_s))
 
     @property
     def kind(self) -> str:
@@ -92,11 +160,19 @@ class SqlRecords(SessionRecords):
         log.info("session database: %s at revision %s", self.kind, await migrate.current(self.engine))
 
     async def close(self) -> None:
-        await self.engine.dispose()
+        for task in list(self._abandoned):
+            task.cancel()
+        try:
+            # Closing a connection says goodbye to the server, which a stalled one never answers.
+            async with asyncio.timeout(self.deadline_s):
+                await self.engine.dispose()
+        except TimeoutError:
+            log.warning("the session database did not answer while its connections were closed")
 
     def _begin(self) -> Any:
         return _Transaction(self.engine)
 
+    @_bounded
     async def created(self, session_id: str, owner: str, now: float) -> None:
         try:
             async with self._begin() as conn:
@@ -109,6 +185,7 @@ class SqlRecords(SessionRecords):
             # A client-chosen id already on record (the live tier had dropped it).
             raise SessionExists(session_id) from None
 
+    @_bounded
     async def run_started(
         self, session_id: str, run_id: str, message: str, now: float, *, ids_reserved_until: int = 0
     ) -> None:
@@ -131,6 +208,7 @@ class SqlRecords(SessionRecords):
                 runs.insert().values(id=run_id, session_id=session_id, message=_text(message), started_at=now)
             )
 
+    @_bounded
     async def reserve_ids(self, session_id: str, ids_reserved_until: int) -> None:
         async with self._begin() as conn:
             await conn.execute(
@@ -139,6 +217,7 @@ class SqlRecords(SessionRecords):
                 .values(ids_reserved_until=ids_reserved_until)
             )
 
+    @_bounded
     async def run_finished(
         self,
         session_id: str,
@@ -189,6 +268,7 @@ class SqlRecords(SessionRecords):
                 .values(ended_at=now, outcome=end.outcome, error=_text(end.error, ERROR_CHARS))
             )
 
+    @_bounded
     async def load(self, session_id: str) -> SessionRecord | None:
         if not _storable(session_id):
             return None
@@ -204,6 +284,7 @@ class SqlRecords(SessionRecords):
             record.messages = [message for (message,) in rows]
             return record
 
+    @_bounded
     async def list(self, owner: str, limit: int, before: str | None = None) -> Page:
         query = sa.select(sessions).where(sessions.c.owner == owner)
         if before is not None:
@@ -220,6 +301,7 @@ class SqlRecords(SessionRecords):
         page = found[:limit]
         return Page(page, cursor_of(page[-1]) if len(found) > limit else None)
 
+    @_bounded
     async def rename(self, session_id: str, owner: str, title: str, now: float) -> bool:
         if not _storable(session_id):
             return False
@@ -231,6 +313,7 @@ class SqlRecords(SessionRecords):
             )
             return bool(updated.rowcount)
 
+    @_bounded
     async def delete(self, session_id: str) -> bool:
         if not _storable(session_id):
             return False
@@ -240,21 +323,27 @@ class SqlRecords(SessionRecords):
     async def sweep(self, before: float) -> list[str]:
         swept: list[str] = []
         while True:
-            async with self._begin() as conn:
-                ids = list(
-                    (
-                        await conn.execute(
-                            sa.select(sessions.c.id)
-                            .where(sessions.c.updated_at < before, sessions.c.status != RUNNING)
-                            .limit(SWEEP_BATCH)
-                        )
-                    ).scalars()
-                )
-                if ids:
-                    await _delete(conn, ids)
+            ids = await self._sweep_batch(before)
             swept += ids
             if len(ids) < SWEEP_BATCH:
                 return swept
+
+    @_bounded
+    async def _sweep_batch(self, before: float) -> list[str]:
+        """Delete up to ``SWEEP_BATCH`` of the sessions past retention (a deadline per batch)."""
+        async with self._begin() as conn:
+            ids = list(
+                (
+                    await conn.execute(
+                        sa.select(sessions.c.id)
+                        .where(sessions.c.updated_at < before, sessions.c.status != RUNNING)
+                        .limit(SWEEP_BATCH)
+                    )
+                ).scalars()
+            )
+            if ids:
+                await _delete(conn, ids)
+        return ids
 
 
 async def _delete(conn: AsyncConnection, ids: list[str]) -> int:

@@ -77,6 +77,12 @@ _UNAVAILABLE_CODES: dict[type[Exception], str] = {
 }
 
 
+def unavailable_reply(exc: StoreUnavailable) -> tuple[str, str]:
+    """``(code, message)`` telling a client which dependency is down (Redis or the database)."""
+    kind = DatabaseUnavailable if isinstance(exc, DatabaseUnavailable) else StoreUnavailable
+    return _UNAVAILABLE_CODES[kind], _DOMAIN_ERRORS[kind][1]
+
+
 # The stream response a handler has started, if any: once its headers are out, an error can no
 # longer be answered with a response of its own.
 OPEN_STREAM = web.RequestKey("open_stream", web.StreamResponse)

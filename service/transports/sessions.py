@@ -9,6 +9,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from service.core.durable import DurableSessionStore
+from service.errors import StoreUnavailable
 from service.transports import approvals, dialects
 from service.transports.auth import owner_of
 from service.transports.context import Context, context_of, session_of
@@ -74,7 +75,10 @@ async def get_session(request: web.Request) -> web.Response:
         "pending_approvals": approvals.pending(session),
     }
     if isinstance(context.sessions, DurableSessionStore) and not session.ephemeral:
-        record = await context.sessions.record_of(session.id)
+        try:
+            record = await context.sessions.record_of(session.id)
+        except StoreUnavailable:
+            record = None  # what this instance holds still answers, without the record's fields
         if record is not None:
             body.update(title=record.title, created_at=record.created_at, updated_at=record.updated_at)
     return web.json_response(body, dumps=dialects.dumps)

@@ -29,12 +29,14 @@ from service.errors import (
     RunInProgress,
     SessionLimitReached,
     SessionNotFound,
+    StoreUnavailable,
 )
 from service.transports import approvals, dialects
 from service.transports.auth import origin_allowed, owner_of
 from service.transports.context import Context, context_of
 from service.transports.follow import Ending, Stop
 from service.transports.inputs import NUL_REFUSED, holds_nul, may_hold_nul
+from service.transports.middleware import unavailable_reply
 from service.transports.pump import Outbox, Pumps, TooSlow, pump, write_until_closed
 from service.transports.quotas import quota_fields
 from service.transports.reading import purged_body
@@ -161,6 +163,12 @@ class Connection:
         except SessionNotFound:
             missing = ClientError("not_found", "Session not found", session_id=message.get("session_id"))
             await self.handle_error(missing, request_type)
+        except StoreUnavailable as exc:
+            # A dependency down refuses this message, as a 503 would; the socket stays open.
+            code, text = unavailable_reply(exc)
+            await self.handle_error(
+                ClientError(code, text, session_id=message.get("session_id")), request_type
+            )
 
     async def handle_error(self, error: ClientError, request_type: Any) -> None:
         """Tell the client its message was refused, and why."""
