@@ -59,6 +59,18 @@ def holds_nul(value: Any) -> bool:
     return False
 
 
+def text_refused(text: str, message: Any) -> str | None:
+    """Why a client's JSON ``text`` (parsed: ``message``) cannot be taken as text, or None: a lone
+    surrogate (escaped: JSON text is UTF-8) can be neither stored nor sent, and a NUL not stored."""
+    if "\\u" not in text:
+        return None  # both can only come escaped
+    try:
+        json.dumps(message, ensure_ascii=False).encode()
+    except (UnicodeEncodeError, RecursionError):
+        return "a message must be valid Unicode text (no lone surrogates)"
+    return NUL_REFUSED if holds_nul(message) else None
+
+
 def check_text_param(request: web.Request, name: str) -> str | None:
     """The query parameter ``name`` (None when absent); 400 when it holds U+0000."""
     value = request.query.get(name)
