@@ -129,6 +129,8 @@ async def _sweep_sessions(sessions: DurableSessionStore) -> None:
     while True:
         try:
             await sessions.sweep()
+        except StoreUnavailable as exc:  # an outage, told on one line: no fault of the code's
+            log.warning("the retention sweep failed (%s); it runs again within the hour", exc)
         except Exception:
             log.exception("the retention sweep failed; it runs again within the hour")
         await asyncio.sleep(3600.0)
