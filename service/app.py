@@ -129,6 +129,8 @@ async def _sweep_sessions(sessions: DurableSessionStore) -> None:
     while True:
         try:
             await sessions.sweep()
+        except StoreUnavailable as exc:  # an outage, told on one line: no fault of the code's
+            log.warning("the retention sweep failed (%s); it runs again within the hour", exc)
         except Exception:
             log.exception("the retention sweep failed; it runs again within the hour")
         await asyncio.sleep(3600.0)
@@ -148,6 +150,22 @@ def _store_probe(services: Services) -> Any:
                 section["sessions"] = await sessions.count()
         except (StoreUnavailable, TimeoutError):
             return Health(section, healthy=False)  # without it no new work can be taken
+        section["connected"] = True
+        return Health(section)
+
+    return probe
+
+
+def _database_probe(records: Any) -> Any:
+    """The ``database`` section of ``/healthz``: its kind, and whether it answers a round trip in
+    time. Without it no session can be created or loaded, so its being down degrades the service."""
+
+    async def probe(timeout: float) -> Health:
+        section: dict[str, Any] = {"kind": records.kind, "connected": False}
+        try:
+            await records.ping(timeout)
+        except StoreUnavailable:
+            return Health(section, healthy=False)
         section["connected"] = True
         return Health(section)
 
@@ -243,8 +261,17 @@ def create_app(
     if settings.database():
         from service.db import SqlRecords
 
-        records = SqlRecords(settings.database())
-        sessions = DurableSessionStore(sessions, records, retention_days=settings.session_retention_days)
+        records = SqlRecords(
+            settings.database(),
+            migrate_on_start=settings.database_migrate,
+            deadline_s=settings.database_deadline_s,
+        )
+        sessions = DurableSessionStore(
+            sessions,
+            records,
+            retention_days=settings.session_retention_days,
+            wait_s=settings.database_deadline_s,
+        )
     metrics = Metrics()
     quotas: Quotas = Quotas.from_settings(settings)
     if backend is not None and settings.api_keys:
@@ -288,6 +315,8 @@ def create_app(
     app[SERVICES] = services
     app[CONTEXT] = services
     services.health["store"] = _store_probe(services)
+    if records is not None:
+        services.health["database"] = _database_probe(records)
     app[QUOTAS] = quotas
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
@@ -357,6 +386,8 @@ def create_app(
                 await quotas.stop()
             if backend is not None:
                 await backend.stop()
+            if isinstance(sessions, DurableSessionStore):
+                await sessions.settle(settings.shutdown_timeout_s)  # query ends not recorded yet
             if records is not None:
                 await records.close()
             await services.monitor.stop()

@@ -97,6 +97,12 @@ class Settings(BaseSettings):
     # database's URL; unset: SQLite in data_dir; set empty: no database, sessions in memory/Redis only.
     data_dir: str = "./data"
     database_url: str | None = None
+    # Apply the missing migrations at start; off where they run once elsewhere (`agentstream db
+    # upgrade`, or the --workers supervisor before it starts its workers, which must not race).
+    database_migrate: bool = True
+    # The longest any one database call may take before the database counts as unavailable (a 503
+    # for new work; a query's end is then recorded once it answers again), as redis_deadline_s.
+    database_deadline_s: float = Field(3.0, gt=0, le=600)
     # Sessions not updated for this many days are deleted from the database; 0 keeps them.
     session_retention_days: float = Field(30.0, ge=0)
     # The most input tokens a request to the model may hold; older whole turns are left out of

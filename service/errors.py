@@ -7,7 +7,7 @@
      │    └── ModelStreamError  an exception event that arrived inside the stream
      ├── EventsPurged           a reader asked for events the log no longer keeps
      ├── SessionNotFound        no such session (or not the caller's)
- ├── SessionExists          a client-chosen session id is already taken
+     ├── SessionExists          a client-chosen session id is already taken
      ├── RunInProgress          a session already runs a query
      ├── ApprovalError          a tool approval cannot be answered so
      │    ├── ApprovalNotFound     no such approval in the session (404)
@@ -19,6 +19,7 @@
      ├── SessionLimitReached    the instance holds as many sessions as it may
      ├── QuotaExceeded          an API key is over one of its quotas (429)
      ├── StoreUnavailable       the shared store (Redis) cannot be reached
+     │    └── DatabaseUnavailable  the session database cannot be reached, or missed its deadline
      └── RunLost                a run's claim on its session expired (another instance ended it)
 
 Transports map these to HTTP statuses; the agent loop turns provider errors into ``error``
@@ -135,6 +136,12 @@ class QuotaExceeded(AgentStreamError):
 
 class StoreUnavailable(AgentStreamError):
     """The shared store (Redis) cannot be reached right now; the request may be retried."""
+
+
+class DatabaseUnavailable(StoreUnavailable):
+    """The session database did not answer (down, or past ``AGENT_DATABASE_DEADLINE_S``); a
+    :class:`StoreUnavailable`, so every caller that copes with a store outage copes with it, but
+    named apart so that the reply says which part failed."""
 
 
 class RunLost(AgentStreamError):

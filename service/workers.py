@@ -8,7 +8,8 @@ context. Every worker is :func:`serve` listening on the same host and port with 
 so the kernel spreads new connections between them, under an ``AGENT_INSTANCE_ID`` of its own
 (the configured one plus ``-<index>``; when none is configured the store makes a unique one).
 
-- Start: the supervisor prints the banner once every worker listens. A worker that exits before
+- Start: the supervisor applies the session database's missing migrations, once, then starts the
+  workers (which do not migrate), and prints the banner once every worker listens. A worker that exits before
   it listens stops the others, and the supervisor exits with that worker's code (1 if it had none).
 - Signals: SIGTERM and SIGINT are forwarded to every worker, which drains as one process does
   (``AGENT_SHUTDOWN_TIMEOUT_S``; a second signal, like a second Ctrl-C, cuts the drain short).
@@ -23,6 +24,7 @@ so the kernel spreads new connections between them, under an ``AGENT_INSTANCE_ID
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import logging
@@ -212,6 +214,8 @@ class Supervisor:
         previous_fd = signal.set_wakeup_fd(wake_write.fileno())
         previous = {signum: signal.signal(signum, self._on_signal) for signum in STOP_SIGNALS}
         try:
+            if not self._migrate():
+                return self.code
             for slot in self.slots:
                 self._start(slot)
             while not self._stopping or any(slot.process for slot in self.slots):
@@ -223,6 +227,26 @@ class Supervisor:
             wake_read.close()
             wake_write.close()
         return self.code
+
+    def _migrate(self) -> bool:
+        """Bring the session database up to date once, before any worker starts: workers that each
+        migrated at start raced on a fresh database ("table sessions already exists"). False
+        (with ``code`` 2) when it cannot be done."""
+        url = self.settings.database()
+        if not url or not self.settings.database_migrate:
+            return True
+        from service.db import migrate
+
+        try:
+            before, after = asyncio.run(migrate.upgrade_url(url))
+        except Exception as error:  # noqa: BLE001 - any failure is told on one line, as a worker's is
+            print(f"agentstream: cannot migrate the session database: {error}", file=sys.stderr)
+            self.code = 2
+            return False
+        log.info(
+            "session database migrated from %s to %s before starting the workers", before or "empty", after
+        )
+        return True
 
     @property
     def _stopping(self) -> bool:
@@ -267,7 +291,8 @@ class Supervisor:
         if slot.started_at:
             slot.generation += 1
         instance_id = worker_instance_id(self.settings.instance_id, slot.index, slot.generation)
-        settings = self.settings.model_copy(update={"instance_id": instance_id})
+        # The supervisor migrated the database before the first start (see _migrate).
+        settings = self.settings.model_copy(update={"instance_id": instance_id, "database_migrate": False})
         ours, theirs = self._context.Pipe()
         process = self._context.Process(
             target=_worker, args=(settings, slot.index, theirs), name=f"agentstream-worker-{slot.index}"

@@ -18,15 +18,23 @@ one write whenever it comes near the end of its reservation (so a write per many
 per token); a session whose query never ended continues after the reservation. A client holding
 an id of the lost query then finds it purged, and gets the snapshot built from the record. Short-lived sessions
 (``POST /agent/stream``) are never recorded.
+
+A query's end is recorded before its terminal event is logged, so a client that has seen ``done``
+finds the turn kept whatever happens next; but a database that does not answer within its
+deadline never holds a stream: the terminal event is logged, and the end is recorded in the
+background, retried until the database answers again (the session's next query waits for that,
+or is refused with a 503 meanwhile).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from service.core.events import (
     Event,
@@ -40,7 +48,7 @@ from service.core.events import (
 from service.core.log import LogEntry
 from service.core.records import Page, RunEnd, SessionRecord, SessionRecords
 from service.core.sessions import IDLE, RUNNING, Session, SessionStore, append_unless_closed
-from service.errors import SessionNotFound
+from service.errors import DatabaseUnavailable, SessionNotFound, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +58,10 @@ DAY_S = 86_400.0
 # of the end of its reservation.
 ID_RESERVATION = 1_000_000
 RESERVE_MARGIN = 4096
+# Retries of a query's end that the database did not take: the first after RETRY_FIRST_S,
+# doubling up to RETRY_MAX_S.
+RETRY_FIRST_S = 0.1
+RETRY_MAX_S = 2.0
 
 
 def run_end(events: list[Event]) -> RunEnd:
@@ -73,6 +85,7 @@ class DurableSessionStore(SessionStore):
         retention_days: float = 30.0,
         clock: Callable[[], float] = time.time,
         id_reservation: int = ID_RESERVATION,
+        wait_s: float = 3.0,
     ) -> None:
         self.live = live
         self.records = records
@@ -82,6 +95,9 @@ class DurableSessionStore(SessionStore):
         self.reserve_margin = min(RESERVE_MARGIN, id_reservation // 2)
         self._runs: dict[str, str] = {}  # session id -> the run this instance runs on it
         self._finishing: dict[str, asyncio.Future[None]] = {}  # runs whose end is being recorded
+        # The longest a query's start waits for the end of the one before to be recorded.
+        self.wait_s = wait_s
+        self._retries: set[asyncio.Task[None]] = set()  # ends the database did not take at once
         self._loading: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     # -- the SessionStore interface ----------------------------------------------------------
@@ -137,16 +153,19 @@ class DurableSessionStore(SessionStore):
         )
 
     async def delete(self, session_id: str) -> None:
-        held = True
         try:
-            session = await self.live.get(session_id)
+            session: Session | None = await self.live.get(session_id)
         except SessionNotFound:
-            held = False
-        else:
-            await self.live.delete(session_id)
-            if session.ephemeral:
-                return  # never recorded: no round trip to the database
-        if not await self.records.delete(session_id) and not held:
+            session = None
+        if session is not None and session.ephemeral:
+            await self.live.delete(session_id)  # never recorded: no round trip to the database
+            return
+        # The record first: a database that does not answer leaves the session whole (a 503).
+        found = await self.records.delete(session_id)
+        if session is not None:
+            with contextlib.suppress(SessionNotFound):
+                await self.live.delete(session_id)
+        elif not found:
             raise SessionNotFound(session_id)
 
     async def count(self) -> int:
@@ -162,8 +181,14 @@ class DurableSessionStore(SessionStore):
     async def claim_run(self, session: Session, run_id: str) -> str | None:
         finishing = self._finishing.get(session.id)
         if finishing is not None:
-            # The last query's end is being recorded: its terminal event comes first in the log.
-            await asyncio.shield(finishing)
+            # The last query's end is being recorded: its terminal event comes first in the log,
+            # and its messages first in the record.
+            try:
+                await asyncio.wait_for(asyncio.shield(finishing), self.wait_s)
+            except TimeoutError:
+                raise DatabaseUnavailable(
+                    "the session database has not yet recorded the end of the last query"
+                ) from None
         fence = await self.live.claim_run(session, run_id)
         if not session.ephemeral:
             self._runs[session.id] = run_id
@@ -191,27 +216,81 @@ class DurableSessionStore(SessionStore):
         if run_id is None or session.ephemeral:
             await self.live.finish_run(session, fence, events)
             return
-        # Recorded before the terminal event is logged: a client that has seen ``done`` finds the
-        # turn kept whatever happens next. Only this run appends to the log until it ends, so its
-        # last id is known now.
+        # Recorded before the terminal event is logged (see the module docstring). Only this run
+        # appends to the log until it ends, so its last id is known now.
         finishing = asyncio.get_running_loop().create_future()
         self._finishing[session.id] = finishing
+        write = functools.partial(
+            self.records.run_finished,
+            session.id,
+            run_id,
+            messages=list(session.messages),
+            usage=session.usage,
+            last_event_id=await session.log.last_id() + len(events),
+            end=run_end(events),
+            now=self.clock(),
+        )
+        recorded = True
         try:
-            await self.records.run_finished(
+            await write()
+        except StoreUnavailable as exc:
+            recorded = False
+            log.warning(
+                "session %s: the end of query %s is not recorded yet (%s); retrying until the database answers",
                 session.id,
                 run_id,
-                messages=session.messages,
-                usage=session.usage,
-                last_event_id=await session.log.last_id() + len(events),
-                end=run_end(events),
-                now=self.clock(),
+                exc,
             )
         finally:
             try:
                 await self.live.finish_run(session, fence, events)
             finally:
-                del self._finishing[session.id]
-                finishing.set_result(None)
+                if recorded:
+                    self._finished(session.id, finishing)
+                else:
+                    task = asyncio.create_task(self._retry_end(session.id, write, finishing))
+                    self._retries.add(task)
+                    task.add_done_callback(self._retries.discard)
+
+    def _finished(self, session_id: str, finishing: asyncio.Future[None]) -> None:
+        if self._finishing.get(session_id) is finishing:
+            del self._finishing[session_id]
+        if not finishing.done():
+            finishing.set_result(None)
+
+    async def _retry_end(
+        self, session_id: str, write: Callable[[], Awaitable[None]], finishing: asyncio.Future[None]
+    ) -> None:
+        """Record a query's end that the database did not take, once it answers again."""
+        delay = RETRY_FIRST_S
+        try:
+            while True:
+                await asyncio.sleep(delay)
+                try:
+                    await write()
+                except StoreUnavailable:
+                    delay = min(2 * delay, RETRY_MAX_S)
+                    continue
+                log.info("session %s: the end of its last query is recorded now", session_id)
+                return
+        except Exception:
+            log.exception("session %s: the end of its last query could not be recorded", session_id)
+        finally:
+            self._finished(session_id, finishing)
+
+    async def settle(self, timeout: float) -> None:
+        """Give the query ends still to be recorded ``timeout`` seconds (at shutdown); the ones
+        the database has not taken by then are lost, and said so."""
+        pending = list(self._retries)
+        if not pending:
+            return
+        _, left = await asyncio.wait(pending, timeout=timeout)
+        for task in left:
+            task.cancel()
+        if left:
+            log.warning(
+                "%d query end(s) could not be recorded: the session database did not answer", len(left)
+            )
 
     async def set_status(
         self, session: Session, fence: str | None, status: str, requests: Sequence[ToolApprovalRequest] = ()

@@ -141,6 +141,15 @@ def valid_client_id(session_id: str) -> bool:
     return CLIENT_ID.fullmatch(session_id) is not None
 
 
+# What :func:`scoped_id` makes.
+SCOPED_ID = re.compile(r"[A-Za-z0-9_-]{1,115}~[0-9a-f]{12}")
+
+
+def valid_session_id(session_id: str) -> bool:
+    """True for any id a session can have: made, chosen by a client, or a chosen one scoped."""
+    return valid_client_id(session_id) or SCOPED_ID.fullmatch(session_id) is not None
+
+
 def scoped_id(client_id: str, owner: str) -> str:
     """The id ``owner``'s session of ``client_id`` is kept under when another owner holds that
     id: the id (cut to leave room) and a digest of both, within the 128 characters of a client

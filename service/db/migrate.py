@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
@@ -19,6 +20,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from service import jsonsafe
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+# PostgreSQL's advisory lock that migrations hold ("agentst" in ASCII: any constant unlikely to be
+# another application's on the same database).
+MIGRATION_LOCK = 0x6167656E74737400
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
@@ -53,6 +57,10 @@ async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
         command.upgrade(alembic_config(connection), revision)
 
     async with engine.begin() as connection:
+        if connection.dialect.name == "postgresql":
+            # Instances starting together on one database take turns (the lock ends with the
+            # transaction): the second finds the first's work done, instead of failing on it.
+            await connection.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
         await connection.run_sync(run)
 
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 metadata = sa.MetaData()
+# The longest session id a client may choose (service.core.sessions.CLIENT_ID).
+SESSION_ID_CHARS = 128
 
 sessions = sa.Table(
     "sessions",
     metadata,
-    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("id", sa.String(SESSION_ID_CHARS), primary_key=True),
     sa.Column("owner", sa.String(128), nullable=False),
     sa.Column("title", sa.String(200), nullable=False, server_default=""),
     sa.Column("created_at", sa.Float(precision=53), nullable=False),
@@ -33,7 +35,7 @@ sessions = sa.Table(
 messages = sa.Table(
     "messages",
     metadata,
-    sa.Column("session_id", sa.String(64), sa.ForeignKey("sessions.id"), primary_key=True),
+    sa.Column("session_id", sa.String(SESSION_ID_CHARS), sa.ForeignKey("sessions.id"), primary_key=True),
     sa.Column("seq", sa.Integer, primary_key=True),
     sa.Column("run_id", sa.String(64), nullable=False),
     sa.Column("message", sa.JSON, nullable=False),
@@ -43,7 +45,9 @@ runs = sa.Table(
     "runs",
     metadata,
     sa.Column("id", sa.String(64), primary_key=True),
-    sa.Column("session_id", sa.String(64), sa.ForeignKey("sessions.id"), nullable=False, index=True),
+    sa.Column(
+        "session_id", sa.String(SESSION_ID_CHARS), sa.ForeignKey("sessions.id"), nullable=False, index=True
+    ),
     sa.Column("message", sa.Text, nullable=False),
     sa.Column("started_at", sa.Float(precision=53), nullable=False),
     sa.Column("ended_at", sa.Float(precision=53)),

@@ -50,7 +50,7 @@ class Context:
     monitor: LoopLagMonitor
     metrics: Metrics = field(default_factory=Metrics)
     quotas: Quotas = field(default_factory=Quotas)  # per API key; unlimited unless configured
-    # ``/healthz`` sections by name (``store``, ``mcp``); the app registers them.
+    # ``/healthz`` sections by name (``store``, ``database``, ``mcp``); the app registers them.
     health: dict[str, HealthProbe] = field(default_factory=dict)
     # The JSON schema of an offered tool's input by its name (None: no such tool), so an
     # approver's edited input is checked before the tool gets it; the app wires the tools'.
@@ -101,9 +101,9 @@ class Context:
         with contextlib.suppress(SessionNotFound):
             await self.sessions.delete(session_id)
 
-    async def probe(self, timeout: float) -> tuple[dict[str, Any], bool]:
-        """Every health probe at once, each within ``timeout``: the sections, and whether all are
-        healthy. A probe that does not answer in time is unhealthy, with ``timed_out``."""
+    async def probe(self, timeout: float) -> tuple[dict[str, Any], list[str]]:
+        """Every health probe at once, each within ``timeout``: the sections, and the names of the
+        unhealthy ones. A probe that does not answer in time is unhealthy, with ``timed_out``."""
 
         async def one(probe: HealthProbe) -> Health:
             try:
@@ -116,7 +116,7 @@ class Context:
         names = list(self.health)
         answers = await asyncio.gather(*(one(self.health[name]) for name in names))
         sections = {name: answer.section for name, answer in zip(names, answers, strict=True)}
-        return sections, all(answer.healthy for answer in answers)
+        return sections, [name for name, answer in zip(names, answers, strict=True) if not answer.healthy]
 
 
 CONTEXT = web.AppKey("context", Context)

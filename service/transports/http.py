@@ -68,13 +68,15 @@ async def _collect(session: Session) -> tuple[str, Event | RunError | None]:
 
 async def healthz(request: web.Request) -> web.Response:
     """``GET /healthz``: 200 while serving, with a few numbers worth watching; 503 ``degraded``
-    while a dependency the service cannot work without (the shared store) does not answer."""
+    while a dependency the service cannot work without (the shared store, the session database)
+    does not answer, named in ``unavailable``."""
     context = context_of(request)
     try:
         since = float(request.query["lag_since"]) if "lag_since" in request.query else None
     except ValueError:
         raise json_error(400, "lag_since must be a number (a time.monotonic() reading)") from None
-    sections, healthy = await context.probe(HEALTH_PROBE_S)
+    sections, down = await context.probe(HEALTH_PROBE_S)
+    healthy = not down
     store: dict[str, Any] = dict(sections.get("store") or {"kind": "memory", "connected": True})
     sessions = store.pop("sessions", None)
     return web.json_response(
@@ -86,6 +88,10 @@ async def healthz(request: web.Request) -> web.Response:
             # Redis when the service is scaled out; without it no new work can be taken (503).
             "store": store,
             "loop_lag_ms": context.monitor.summary(since),
+            # What does not answer, by name (``store``, ``database``): an operator sees which.
+            **({"unavailable": down} if down else {}),
+            # The session database, when there is one; without it nothing new can be recorded (503).
+            **({"database": sections["database"]} if "database" in sections else {}),
             # Per MCP server: connected or not, and why; a server being down is not a failure.
             "mcp": sections.get("mcp", []),
         },

@@ -2,6 +2,9 @@
 models) and integer query parameters, each refused with the right status and a JSON error.
 
 413 a body too large, 400 malformed JSON or a bad parameter, 422 a body of the wrong shape.
+Text holding U+0000 (NUL) is refused wherever a client sends it (400 in a query parameter, 422 in
+a body; the WebSocket and MCP refuse it alike): PostgreSQL's text columns cannot hold it, and a
+request must not be taken on one backend and refused on another.
 """
 
 from __future__ import annotations
@@ -27,6 +30,53 @@ from service.transports.context import CONTEXT
 from service.transports.middleware import json_error
 
 Model = TypeVar("Model", bound=BaseModel)
+
+
+NUL_REFUSED = "text must not contain the NUL character (U+0000)"
+
+
+def may_hold_nul(raw: str | bytes) -> bool:
+    """Whether JSON text ``raw`` may carry U+0000: escaped, or as the NUL bytes of a UTF-16 or
+    UTF-32 encoding (a raw NUL is not valid in JSON's UTF-8). A cheap test before :func:`holds_nul`."""
+    if isinstance(raw, str):
+        return "\\u0000" in raw or "\x00" in raw
+    return b"\\u0000" in raw or b"\x00" in raw
+
+
+def holds_nul(value: Any) -> bool:
+    """True when a string anywhere in ``value`` (parsed JSON, object keys included) holds U+0000."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            if "\x00" in node:
+                return True
+        elif isinstance(node, dict):
+            stack.extend(node)
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return False
+
+
+def text_refused(text: str, message: Any) -> str | None:
+    """Why a client's JSON ``text`` (parsed: ``message``) cannot be taken as text, or None: a lone
+    surrogate (escaped: JSON text is UTF-8) can be neither stored nor sent, and a NUL not stored."""
+    if "\\u" not in text:
+        return None  # both can only come escaped
+    try:
+        json.dumps(message, ensure_ascii=False).encode()
+    except (UnicodeEncodeError, RecursionError):
+        return "a message must be valid Unicode text (no lone surrogates)"
+    return NUL_REFUSED if holds_nul(message) else None
+
+
+def check_text_param(request: web.Request, name: str) -> str | None:
+    """The query parameter ``name`` (None when absent); 400 when it holds U+0000."""
+    value = request.query.get(name)
+    if value is not None and "\x00" in value:
+        raise json_error(400, f"{name}: {NUL_REFUSED}", code="nul_character")
+    return value
 
 
 def _not_blank(value: str) -> str:
@@ -115,6 +165,8 @@ async def read_object(request: web.Request, *, allow_empty: bool = False) -> dic
         raise json_error(400, f"malformed JSON: {exc}") from None
     if not isinstance(data, dict):
         raise json_error(422, "request body must be a JSON object")
+    if may_hold_nul(raw) and holds_nul(data):
+        raise json_error(422, f"invalid request: {NUL_REFUSED}", code="nul_character")
     return data
 
 

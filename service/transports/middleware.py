@@ -15,6 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from service.errors import (
+    DatabaseUnavailable,
     EventsPurged,
     Overloaded,
     RunInProgress,
@@ -69,7 +70,19 @@ _DOMAIN_ERRORS: dict[type[Exception], tuple[int, str]] = {
     StreamLimitReached: (503, "the service is at its limit of open streams; try again shortly"),
     SessionLimitReached: (503, "the service holds as many sessions as it may; delete one or try again later"),
     StoreUnavailable: (503, "session storage (Redis) is unavailable; try again shortly"),
+    DatabaseUnavailable: (503, "the session database is unavailable; try again shortly"),
 }
+# The ``code`` of a 503 that names the dependency down, so a client or an operator knows which.
+_UNAVAILABLE_CODES: dict[type[Exception], str] = {
+    StoreUnavailable: "store_unavailable",
+    DatabaseUnavailable: "database_unavailable",
+}
+
+
+def unavailable_reply(exc: StoreUnavailable) -> tuple[str, str]:
+    """``(code, message)`` telling a client which dependency is down (Redis or the database)."""
+    kind = DatabaseUnavailable if isinstance(exc, DatabaseUnavailable) else StoreUnavailable
+    return _UNAVAILABLE_CODES[kind], _DOMAIN_ERRORS[kind][1]
 
 
 # The stream response a handler has started, if any: once its headers are out, an error can no
@@ -161,7 +174,8 @@ def _error_answer(request: web.Request, exc: Exception) -> web.StreamResponse:
         return error_response(410, str(exc), oldest_id=exc.oldest_id)
     if isinstance(exc, tuple(_DOMAIN_ERRORS)):
         status, message = _DOMAIN_ERRORS[type(exc)]
-        extra = {"code": "store_unavailable"} if isinstance(exc, StoreUnavailable) else {}
+        code = _UNAVAILABLE_CODES.get(type(exc))
+        extra = {"code": code} if code else {}
         response = error_response(status, message, **extra)
         if status == 503:
             response.headers["Retry-After"] = "1"

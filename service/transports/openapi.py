@@ -409,7 +409,11 @@ def build_spec(settings: Settings) -> dict[str, Any]:
                 "responses": {
                     "200": json_reply("Serving.", "Health"),
                     "400": error("`lag_since` is not a number."),
-                    "503": json_reply("Degraded: the store (Redis) is unreachable.", "Health"),
+                    "503": json_reply(
+                        "Degraded: the store (Redis) or the session database does not answer "
+                        "(named in `unavailable`).",
+                        "Health",
+                    ),
                 },
             }
         },

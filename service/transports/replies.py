@@ -180,6 +180,13 @@ class Store(TypedDict):
     instance_id: NotRequired[str]
 
 
+class Database(TypedDict):
+    """The session database and whether it answers."""
+
+    kind: Literal["sqlite", "postgresql"]
+    connected: bool
+
+
 class LoopLag(TypedDict):
     """The event loop's lag in milliseconds over the window."""
 
@@ -198,6 +205,13 @@ class Health(TypedDict):
     sessions: int | None
     store: Store
     loop_lag_ms: LoopLag
+    database: NotRequired[Database]
+    unavailable: NotRequired[
+        Annotated[
+            list[str],
+            Field(description="What does not answer while degraded: `store` (Redis), `database`."),
+        ]
+    ]
     mcp: NotRequired[
         Annotated[
             list[dict[str, Any]],

@@ -9,6 +9,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from service.core.durable import DurableSessionStore
+from service.errors import StoreUnavailable
 from service.transports import approvals, dialects
 from service.transports.auth import owner_of
 from service.transports.context import Context, context_of, session_of
@@ -16,6 +17,7 @@ from service.transports.inputs import (
     MessageRequest,
     TitleRequest,
     check_length,
+    check_text_param,
     int_param,
     read_json,
     read_object,
@@ -51,7 +53,7 @@ async def list_sessions(request: web.Request) -> web.Response:
     """``GET /sessions?limit=&before=``: the caller's sessions, newest update first."""
     store = durable(context_of(request))
     limit = min(int_param(request, "limit", minimum=1) or LIST_LIMIT, LIST_LIMIT_MAX)
-    before = request.query.get("before") or None
+    before = check_text_param(request, "before") or None
     try:
         page = await store.list_owned(owner_of(request), limit, before)
     except ValueError:
@@ -73,7 +75,10 @@ async def get_session(request: web.Request) -> web.Response:
         "pending_approvals": approvals.pending(session),
     }
     if isinstance(context.sessions, DurableSessionStore) and not session.ephemeral:
-        record = await context.sessions.record_of(session.id)
+        try:
+            record = await context.sessions.record_of(session.id)
+        except StoreUnavailable:
+            record = None  # what this instance holds still answers, without the record's fields
         if record is not None:
             body.update(title=record.title, created_at=record.created_at, updated_at=record.updated_at)
     return web.json_response(body, dumps=dialects.dumps)

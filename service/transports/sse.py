@@ -30,7 +30,14 @@ from service.transports import dialects
 from service.transports.auth import owner_of
 from service.transports.context import CONTEXT, Context, context_of, session_of
 from service.transports.follow import Follower, Stop
-from service.transports.inputs import AgentRequest, check_length, decimal, int_param, read_json
+from service.transports.inputs import (
+    AgentRequest,
+    check_length,
+    check_text_param,
+    decimal,
+    int_param,
+    read_json,
+)
 from service.transports.middleware import OPEN_STREAM, json_error
 from service.transports.reading import purged_body
 from service.transports.sse_writes import BurstResponse, write_blocks, write_now
@@ -300,7 +307,7 @@ async def _drain_session_streams(app: web.Application) -> None:
 async def steps_stream(request: web.Request) -> web.StreamResponse:
     """``GET /sessions/{id}/stream?query=``: start the query and stream its steps (seed 000)."""
     context, session = await session_of(request)
-    query = request.query.get("query", "")
+    query = check_text_param(request, "query") or ""
     if not query.strip():
         raise json_error(400, "Query parameter is required")
     check_length(context.settings, query, "query")

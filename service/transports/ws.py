@@ -12,7 +12,6 @@ binary frames close it with 1003; oversized ones with 1009 (aiohttp's ``max_msg_
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import Any
 
@@ -29,11 +28,14 @@ from service.errors import (
     RunInProgress,
     SessionLimitReached,
     SessionNotFound,
+    StoreUnavailable,
 )
 from service.transports import approvals, dialects
 from service.transports.auth import origin_allowed, owner_of
 from service.transports.context import Context, context_of
 from service.transports.follow import Ending, Stop
+from service.transports.inputs import text_refused
+from service.transports.middleware import unavailable_reply
 from service.transports.pump import Outbox, Pumps, TooSlow, pump, write_until_closed
 from service.transports.quotas import quota_fields
 from service.transports.reading import purged_body
@@ -138,9 +140,9 @@ class Connection:
                 raise ClientError("bad_json", f"malformed JSON: {exc}") from None
             if not isinstance(message, dict):
                 raise ClientError("invalid", "a message must be a JSON object")
-            if "\\u" in text and not _encodable(message):
-                # A lone surrogate (an escaped one: JSON text is UTF-8) can't be stored or sent.
-                raise ClientError("invalid", "a message must be valid Unicode text (no lone surrogates)")
+            refused = text_refused(text, message)
+            if refused is not None:
+                raise ClientError("invalid", refused)
             request_type = message.get("type")
             if request_type != "ping":
                 await self._count_request()
@@ -158,6 +160,9 @@ class Connection:
         except SessionNotFound:
             missing = ClientError("not_found", "Session not found", session_id=message.get("session_id"))
             await self.handle_error(missing, request_type)
+        except StoreUnavailable as exc:  # a dependency down: refused as a 503 is, the socket stays open
+            code, why = unavailable_reply(exc)
+            await self.handle_error(ClientError(code, why, **_ids(message)), request_type)
 
     async def handle_error(self, error: ClientError, request_type: Any) -> None:
         """Tell the client its message was refused, and why."""
@@ -386,14 +391,6 @@ def _ending_frame(session_id: str, ending: Ending) -> dict[str, Any]:
             "last_id": ending.last_id,
         }
     return {"type": "unsubscribed", "session_id": session_id, "reason": "ended"}
-
-
-def _encodable(message: dict[str, Any]) -> bool:
-    try:
-        json.dumps(message, ensure_ascii=False).encode()
-    except (UnicodeEncodeError, RecursionError):
-        return False
-    return True
 
 
 def _quota_error(exc: QuotaExceeded, **context: Any) -> ClientError:

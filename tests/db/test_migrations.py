@@ -3,6 +3,7 @@ is served as if it had always been at the newest; ``agentstream db upgrade`` doe
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from service.db import migrate
 from tests.conftest import ClientFactory, services_of
 from tests.db.helpers import ask, events_after, session_body, texts
 from tests.support.instances import REPO_ROOT
+from tests.support.postgres_server import PostgresServer
 
 CONVERSATION = [
     {"role": "user", "content": [{"text": "What   is the\ncapital of France? " + "Please " * 20}]},
@@ -131,3 +133,12 @@ def test_agentstream_db_upgrade_migrates_and_says_so(tmp_path: object) -> None:
         check=False,
     )
     assert off.returncode == 2 and "AGENT_DATABASE_URL is empty" in off.stderr
+
+
+async def test_instances_starting_together_on_postgresql_migrate_one_after_the_other(
+    postgres: PostgresServer,
+) -> None:
+    url = postgres.create_database()
+    results = await asyncio.gather(*(migrate.upgrade_url(url) for _ in range(4)))
+    # Each read where it started before taking its turn; each ends at the newest, none failed.
+    assert [after for _, after in results] == [migrate.head()] * 4

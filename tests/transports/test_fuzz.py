@@ -33,6 +33,7 @@ from aiohttp.test_utils import TestClient
 from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
 
+from service.transports.inputs import holds_nul
 from tests.conftest import SESSION_ROUTES, ClientFactory, services_of, sse_events
 
 MAX_CHARS = 200  # AGENT_MAX_MESSAGE_CHARS for these tests: long texts stay cheap
@@ -313,6 +314,8 @@ async def test_create_session_bodies(fuzzed: TestClient, caplog: pytest.LogCaptu
     raw, value = body
     if len(raw) > MAX_BYTES:
         expected = {413}
+    elif isinstance(value, dict) and holds_nul(value):
+        expected = {422}  # U+0000 is refused in any body, even one whose content is not used
     elif not raw or isinstance(value, dict):
         expected = {201}  # no body at all stands for the defaults; a blank one is not JSON
     elif not raw.strip():
@@ -471,6 +474,8 @@ async def test_steps_query(fuzzed: TestClient, caplog: pytest.LogCaptureFixture,
         if query is None or not query.strip():
             await assert_error(response, {400})
             assert await response.json() == {"error": "Query parameter is required"}
+        elif "\x00" in query:
+            await assert_error(response, {400})  # U+0000 is refused wherever a client sends it
         elif len(query) > MAX_CHARS:
             await assert_error(response, {422})
         else:

@@ -23,6 +23,7 @@ from service.errors import SessionLimitReached
 from service.transports import dialects
 from service.transports.auth import owner_of
 from service.transports.context import Context, context_of
+from service.transports.inputs import NUL_REFUSED, holds_nul, may_hold_nul
 from service.transports.mcp.notifications import format_cursor, parse_cursor
 from service.transports.mcp.session import (
     EXCHANGE,
@@ -94,6 +95,8 @@ async def post(request: web.Request) -> web.StreamResponse:
         message = types.jsonrpc_message_adapter.validate_python(decoded, by_name=False)
     except ValidationError:
         return _rpc_error(400, types.INVALID_REQUEST, "Invalid request: not a JSON-RPC 2.0 message")
+    if isinstance(message, types.JSONRPCRequest) and may_hold_nul(raw) and holds_nul(decoded):
+        return _rpc_error(200, types.INVALID_PARAMS, f"Invalid params: {NUL_REFUSED}", message.id)
     registry = request.app[MCP_SESSIONS]
     if isinstance(message, types.JSONRPCRequest) and message.method == "initialize":
         try:

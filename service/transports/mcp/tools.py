@@ -37,6 +37,7 @@ from service.core.events import RunDone, RunError, TextDelta, is_terminal
 from service.core.sessions import ACTIVE, RUNNING, Session
 from service.errors import (
     ApprovalError,
+    DatabaseUnavailable,
     Overloaded,
     QuotaExceeded,
     RunInProgress,
@@ -175,6 +176,7 @@ _DOMAIN_MESSAGES: dict[type[Exception], str] = {
     RunInProgress: "a query is already running in this session; wait for it or cancel it",
     Overloaded: "the service is at its limit of concurrent queries; try again shortly",
     SessionLimitReached: "the service holds as many sessions as it may; try again later",
+    DatabaseUnavailable: "the session database is unavailable; try again shortly",
     StoreUnavailable: "session storage is unavailable; try again shortly",
 }
 
