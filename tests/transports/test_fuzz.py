@@ -162,8 +162,8 @@ def expect_query_body(raw: bytes, value: Any, field: str, ok: int) -> set[int]:
         return {400}
     if value is MALFORMED:
         return {400}
-    if not isinstance(value, dict):
-        return {422}
+    if not isinstance(value, dict) or holds_nul(value):
+        return {422}  # not an object, or U+0000 anywhere in it
     text, turns = value.get(field), value.get("max_turns")
     if not isinstance(text, str) or not text.strip() or has_surrogate(text) or len(text) > MAX_CHARS:
         return {422}
