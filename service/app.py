@@ -339,8 +339,9 @@ def create_app(
             made = make_provider(settings, emulator.url if emulator else None)
             start = getattr(made, "start", None)
             if start is not None:
-                # Made before serving: a client loads its service model from disk (a second or so
-                # of blocking work) that would otherwise stall the loop under the first requests.
+                # Made before serving: a client loads its service model from disk, blocking work
+                # that would otherwise stall the loop under the first requests (measured:
+                # docs/benchmarks.md, section Bedrock intake).
                 await start()
         services.provider = made
         agent.provider = made

@@ -57,13 +57,15 @@ def strict_loads(data: str | bytes | bytearray) -> Any:
 def parse(data: str | bytes | bytearray) -> Any:
     """:func:`strict_loads`, read by pydantic's JSON parser where it can.
 
-    pydantic-core's parser (a dependency already) reads a model's chunk in a quarter of the time
-    ``json.loads`` takes, and a provider reads one per token. It gives what :func:`strict_loads`
-    gives for what both read (a property test holds it to that); what it refuses (bad JSON, but
-    also lone surrogates, nesting past 200 levels, UTF-16 bytes, a str it cannot encode) goes to
-    :func:`strict_loads`, whose answer or error then stands, so nothing is accepted or refused
-    differently. A number too large for a float is read as infinity by both, as ``json.loads``
-    reads it: looking for one costs a walk of every chunk, so :func:`loads` does it, not this.
+    pydantic-core's parser (a dependency already) reads a model's chunk in a fraction of the time
+    ``json.loads`` takes (measured: docs/benchmarks.md, section Counters and JSON off the
+    per-token path (6034038)), and a provider reads one per token. It gives what
+    :func:`strict_loads` gives for what both read (a property test holds it to that); what it
+    refuses (bad JSON, but also lone surrogates, nesting past 200 levels, UTF-16 bytes, a str it
+    cannot encode) goes to :func:`strict_loads`, whose answer or error then stands, so nothing is
+    accepted or refused differently. A number too large for a float is read as infinity by both,
+    as ``json.loads`` reads it: looking for one costs a walk of every chunk, so :func:`loads` does
+    it, not this.
     """
     try:
         return from_json(data, allow_inf_nan=False)

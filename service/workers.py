@@ -63,16 +63,19 @@ async def tune_gc(app: web.Application) -> None:
     """
     gc.collect()
     gc.freeze()
-    # Young collections 7x rarer than the default (700): under load each full collection
-    # otherwise lands mid-stream every second or so (scripts/bench_concurrency.py --compare-gc).
-    # The middle generation is collected at every second young collection, not every tenth: what
-    # a run keeps per token (its log entry, the event) survives the young collections, and a
-    # middle one over ten of them walked it all at once, a pause of 15-40 ms at 200 paced runs
-    # (5-7 ms this way, for the same total; gc.callbacks, docs/benchmarks.md). Full collections
-    # come after as many allocations as before (5,000 x 2 x 100 = 10,000 x 10 x 10): what clients
-    # leave behind when they drop (exceptions, tracebacks, closed connections) is cyclic garbage,
-    # and with full collections 10x rarer (the first tuning) a 10-minute soak with 2,000 dropping
-    # streams grew the heap from 255 to 538 MiB before it levelled (scripts/soak.py).
+    # A young collection every 5,000 allocations, not the default 700: with the default
+    # thresholds, full collections land mid-stream often under load, each a long pause of the
+    # loop (measured: docs/benchmarks.md, section Garbage collection; scripts/bench_concurrency.py
+    # --compare-gc). The middle generation is collected at every second young collection, not
+    # every tenth: what a run keeps per token (its log entry, the event) survives the young
+    # collections, and a middle collection over ten of them walks it all at once in one long
+    # pause; over two, the same total work goes in short pauses (measured with gc.callbacks:
+    # docs/benchmarks.md, section Garbage collection). Full collections come after 5,000 x 2 x
+    # 100 allocations, as many as young collections every 10,000 with the default ratios (x 10 x
+    # 10) give: what clients leave behind when they drop (exceptions, tracebacks, closed
+    # connections) is cyclic garbage that only a full collection frees, and spacing full
+    # collections further lets the heap grow with it before it levels (measured:
+    # docs/benchmarks.md, section Soak; scripts/soak.py).
     gc.set_threshold(5_000, 2, 100)
 
 
@@ -99,9 +102,11 @@ def banner(message: str, settings: Settings) -> str:
 
 # The listening socket's queue of connections the kernel has accepted and the loop has not yet
 # taken. aiohttp's default is 128: a burst of new connections beyond it (a reconnecting load
-# balancer, a page of users after a deploy) had its SYNs dropped and retried by the clients after
-# 1, 3 and 7 s, so some first tokens came seconds late while the service sat half idle. The
-# kernel caps it at net.core.somaxconn (4,096 on current Linux); gunicorn's own default is 2,048.
+# balancer, a page of users after a deploy) has its SYNs dropped, the clients send them again
+# 1, 3 and 7 s later, and their first tokens come seconds late while the service has CPU to spare
+# (measured: docs/benchmarks.md, section A burst's connections, the time to upstream, a noisy day
+# (724aefa), "The listen backlog"). The kernel caps it at net.core.somaxconn (4,096 on current
+# Linux); gunicorn's own default is 2,048.
 LISTEN_BACKLOG = 4096
 
 

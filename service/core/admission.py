@@ -1,11 +1,13 @@
 """Admission of new upstream requests, a few per turn of the event loop.
 
-Building and sending a model request is the costliest single step of a run (for Bedrock, about
-0.4 ms of botocore: serialising, the endpoint rules, SigV4, the user agent), and requests come in
+Building and sending a model request is the costliest single step of a run (for Bedrock,
+botocore's serialising, the endpoint rules, SigV4, the user agent), and requests come in
 bursts: a page of a hundred users, a load balancer that sends a reconnected client's queries
 together. asyncio runs every ready task of one loop turn before it looks at its timers and
-sockets again, so two hundred requests arriving together cost one turn of 100-250 ms, during which
-no token of any stream already running goes out.
+sockets again, so two hundred requests arriving together would make one long turn, during which
+no token of any stream already running goes out (measured: docs/benchmarks.md, sections
+Write-through delivery and the per-token work (89119d6), and Bedrock intake against its baseline
+and a bare relay).
 
 :class:`Admission` lets at most ``per_turn`` requests start in one turn of the loop; the rest wait,
 first come first served, for the following turns. Between two turns the loop writes the tokens
@@ -18,12 +20,14 @@ from __future__ import annotations
 import asyncio
 import collections
 
-# Upstream requests per turn. Each costs about half a millisecond of the loop (aiobotocore's, and a
-# new connection's); at four per turn the turns that admitted 200 runs arriving together were the
-# loop lag's p99 at 200 paced runs (9-11 ms), at two it is 6-7 ms for the same CPU per token
-# (docs/benchmarks.md). One per turn did not delay a burst's last request, but its lower loop lag
-# did not hold up with the order of the benchmark's targets swapped, and first tokens came later
-# at 500 runs.
+# Upstream requests per turn. Each costs the loop aiobotocore's work and a new connection's, so
+# the turns that admit a burst set the loop lag's p99 under paced load; two per turn keep those
+# turns shorter than four do, for the same CPU per token. One per turn does not delay a burst's
+# last request either, but its lower loop lag does not hold up with the order of the benchmark's
+# targets swapped, and first tokens come later at 500 runs (measured: docs/benchmarks.md,
+# sections Counters and JSON off the per-token path (6034038), "Two upstream requests per loop
+# turn", and A burst's connections, the time to upstream, a noisy day (724aefa), "Fewer upstream
+# requests admitted per turn").
 UPSTREAM_PER_TURN = 2
 
 

@@ -1,10 +1,11 @@
 """Bursts: the events of one upstream read handed on together, their writes made together.
 
 A model's stream comes a socket read at a time. While the service keeps up, a read carries one
-token; once it is busy, reads come less often and each carries several (at 500 paced runs on one
-core, most tokens came in reads of two or more). Every subscriber that takes entries as they are
-appended (write-through delivery, :data:`~service.core.log.Deliver`) would then write once per
-token where one write per read would do.
+token; once it is busy, reads come less often and most carry several (measured at 500 paced runs
+on one core: docs/benchmarks.md, section Bursts, request admission and the middle GC generation
+(16612c5)). Every subscriber that takes entries as they are appended (write-through delivery,
+:data:`~service.core.log.Deliver`) would then write once per token where one write per read
+would do.
 
 A provider that hands on several events from one read opens a :class:`Burst` around them. A
 subscriber's writer that sees a burst open (:func:`current_burst`) keeps its bytes and asks to be

@@ -83,10 +83,11 @@ class TextDelta(_Event):
     turn: int = 1
 
 
-# What every text delta was given: one set for all of them, where pydantic makes one per event.
-# Kept for the life of a session's log, that set was a third of the objects the garbage collector
-# walked per token. No one changes it: the events are frozen, and pydantic copies the set before
-# adding to it (``model_copy(update=...)``).
+# What every text delta is given: one set for all of them, where pydantic makes one per event.
+# A set per event, kept for the life of a session's log, would be one more object per token for
+# the garbage collector to walk (measured: docs/benchmarks.md, section Per-run work and the sink
+# (c25db1d)). No one changes it: the events are frozen, and pydantic copies the set before adding
+# to it (``model_copy(update=...)``).
 _TEXT_DELTA_FIELDS = {"text", "turn"}
 
 

@@ -33,9 +33,10 @@ from service.errors import EventsPurged
 
 logger = logging.getLogger(__name__)
 
-# What an entry costs this process, measured with tracemalloc (tests/core/test_log.py): the event
-# object, its JSON and the wire encodings the transports cache on it come to about 1.2 KB plus
-# three times the event's JSON. The byte bound counts that, so it bounds the memory really used.
+# What an entry holds in this process: a fixed part (the entry, the event object, the wire
+# encodings the transports cache on it) plus a multiple of the event's JSON. The byte bound counts
+# that, so it bounds the memory really used; tests/core/test_log.py holds these two constants to
+# what tracemalloc sees (measured: docs/benchmarks.md, section Memory per log entry).
 ENTRY_OVERHEAD_BYTES = 1200
 ENTRY_JSON_FACTOR = 3
 
@@ -66,8 +67,9 @@ class LogEntry:
     subscribers is projected and serialised once, not a thousand times.
 
     Entries are shared by every reader and never changed once made. They are not frozen only
-    because a frozen dataclass sets each field through ``object.__setattr__``: one is made per
-    token, and that made it cost three times as much.
+    because a frozen dataclass sets each field through ``object.__setattr__``, and one is made per
+    token: frozen, an entry costs several times as much to make (measured: docs/benchmarks.md,
+    section Write-through delivery and the per-token work (89119d6)).
     """
 
     id: int
@@ -83,9 +85,11 @@ Deliver = Callable[[LogEntry], bool]
 
 This is write-through delivery. A subscriber that has caught up waits for the next append; waking
 its task for every token (a future, a callback, the task's whole stack resumed, then a new future
-to wait on) costs about as much as what it then does with the token. A transport whose client
-can take a write at once gives the log a ``deliver`` and its task sleeps until something needs it:
-an entry ``deliver`` declines (the end of a run, a socket with a backlog), a keep-alive, the close.
+to wait on) is work of its own per token, comparable to what the task then does with the token
+(measured: docs/benchmarks.md, section Write-through delivery and the per-token work (89119d6)).
+A transport whose client can take a write at once gives the log a ``deliver`` and its task
+sleeps until something needs it: an entry ``deliver`` declines (the end of a run, a socket with a
+backlog), a keep-alive, the close.
 ``deliver`` must not raise and must not block; whatever it declines the subscription yields next.
 """
 

@@ -18,10 +18,11 @@ from service.core.events import Event, Sink, TextDelta, Usage
 
 # How long a pooled upstream connection may sit idle before the pool closes it. aiohttp's and
 # aiobotocore's defaults (15 and 12 s) close the pool between two bursts of queries a quarter of a
-# minute apart, and every query of the next burst opens a connection again (with TLS to Bedrock,
-# a handshake each): +2-4 µs of CPU per token at 200 paced runs whose batches came 14 s apart
-# (docs/benchmarks.md). A minute matches common server-side idle timeouts (an upstream that closes
-# sooner says so, and the pool drops the connection); botocore's own pool keeps them until then.
+# minute apart, and every query of the next burst then opens a connection again (with TLS to
+# Bedrock, a handshake each), which shows in the CPU per token (measured: docs/benchmarks.md,
+# section Counters and JSON off the per-token path (6034038), "Idle upstream connections kept a
+# minute"). A minute matches common server-side idle timeouts (an upstream that closes sooner says
+# so, and the pool drops the connection); botocore's own pool keeps them until then.
 POOL_IDLE_S = 60.0
 
 

@@ -86,10 +86,11 @@ def _cache_user_agent(client: Any) -> None:
     """Build the client's User-Agent header once per set of features, not twice per request.
 
     botocore rebuilds the header for every request (when it makes it, then again before sending,
-    to add the request's feature codes), sanitising each of a dozen components: about 35 µs each
-    time, a tenth of a request's CPU in the service (py-spy under ``bench_concurrency.py``). Every
-    part but the features is fixed for a client, so the string is kept per set of features and is
-    the same as botocore's. A botocore without this builder is left as it is.
+    to add the request's feature codes), sanitising each of a dozen components each time, a
+    noticeable share of a request's CPU in the service (measured: docs/benchmarks.md, section
+    Write-through delivery and the per-token work (89119d6)). Every part but the features is fixed
+    for a client, so the string is kept per set of features and is the same as botocore's. A
+    botocore without this builder is left as it is.
     """
     creator = getattr(client, "_user_agent_creator", None)
     build = getattr(creator, "to_string", None)
@@ -115,12 +116,13 @@ class StallWatch:
     read of one counter.
 
     aiohttp's own ``sock_read`` timeout does the same by cancelling and re-arming a timer on every
-    read the socket makes: with hundreds of streams at a token per read, that was a tenth of the
-    service's CPU per token (py-spy, ``scripts/bench_concurrency.py``). Once the response's headers
-    are in, the stream is watched here instead: a timer every quarter of ``timeout`` looks whether
+    read the socket makes: with hundreds of streams at a token per read, that is a timer's work per
+    token, a visible part of the service's CPU per token (measured: docs/benchmarks.md, section
+    Write-through delivery and the per-token work (89119d6)). Once the response's headers are in,
+    the stream is watched here instead: a timer every quarter of ``timeout`` looks whether
     :attr:`reads` moved, and a stream that stood still for ``timeout`` gets aiohttp's own
-    ``SocketTimeoutError``, as before (within a quarter of ``timeout`` later than aiohttp would).
-    The wait for the headers keeps aiohttp's timeout.
+    ``SocketTimeoutError``, the error aiohttp's timeout raises (within a quarter of ``timeout``
+    later than aiohttp would). The wait for the headers keeps aiohttp's timeout.
     """
 
     __slots__ = ("_handle", "_loop", "_raw", "_seen", "_since", "_step", "_timeout", "reads")
@@ -190,9 +192,10 @@ class BedrockProvider:
             )
         self._region: str = region
         config = AioConfig(
-            # botocore's own check of the arguments against the model (about 80 µs a request under
-            # load, a twelfth of aiobotocore's cost per request) checks what request_kwargs made
-            # from validated input; Bedrock still refuses a bad request, as a ValidationException.
+            # botocore's own check of the arguments against the model costs CPU on every request
+            # (measured: docs/benchmarks.md, section Per-run work and the sink (c25db1d)) and
+            # checks what request_kwargs made from validated input; Bedrock still refuses a bad
+            # request, as a ValidationException.
             parameter_validation=False,
             max_pool_connections=max_concurrent_runs,
             retries={"mode": "standard", "max_attempts": max_attempts},

@@ -3,8 +3,8 @@
 aiobotocore reads an event stream as botocore does: one HTTP chunk at a time, frames cut out of
 a buffer that is copied again for every frame taken (``data = data[n:]``), headers parsed with a
 slice per field, then every event walked through the service model by botocore's shape parser,
-all through three nested async generators. Per token that was about a third of the service's
-CPU under load (py-spy, scripts/bench_concurrency.py; docs/operations.md has the figures).
+all through three nested async generators, for every token; under load that reading is a large
+share of the service's CPU (measured: docs/benchmarks.md, section Bedrock intake).
 
 :class:`FrameDecoder` cuts every complete frame out of what one socket read brought, with
 offsets into that read (no copy of the rest per frame), checks both CRCs as botocore does, and
@@ -16,8 +16,8 @@ start and stop, block start and stop, metadata), whose members botocore's JSON p
 what to copy is read once from botocore's model of the stream (:func:`event_plans`). Everything else (exceptions,
 deltas of other kinds, members botocore converts such as blobs, timestamps, lists and unions,
 anything malformed) goes through botocore's own parser, so that errors, blobs and unknown union
-members behave exactly as before; tests/providers/test_bedrock_events.py checks both against
-botocore.
+members come out exactly as botocore makes them; tests/providers/test_bedrock_events.py checks
+both against botocore.
 """
 
 from __future__ import annotations

@@ -82,11 +82,12 @@ async def send_commands(
     """Send ``commands`` in one write and read their replies, an error reply as its exception.
 
     What a pipeline does, without the layers redis-py adds to each call (a pipeline object, the
-    pool, its metrics): half the CPU of a round trip. hiredis packs the commands as redis-py
-    would. A send or a read that fails or is cut off (the deadline) disconnects the connection,
-    so no reply is ever left on it for the next command; the next send reconnects. With
-    ``retry``, a connection error sends them all again, under the connection's retry policy, as
-    redis-py's pipeline does.
+    pool, its metrics), which are a large part of a round trip's CPU (measured:
+    docs/benchmarks.md, section Several instances on Redis). hiredis packs the commands as
+    redis-py would. A send or a read that fails or is cut off (the deadline) disconnects the
+    connection, so no reply is ever left on it for the next command; the next send reconnects.
+    With ``retry``, a connection error sends them all again, under the connection's retry policy,
+    as redis-py's pipeline does.
     """
     if retry:
         return await connection.retry.call_with_retry(

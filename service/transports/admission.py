@@ -1,13 +1,14 @@
 """New requests admitted a few per turn of the event loop.
 
 Setting up a stream (reading the request, making its session, starting its run, writing the
-response's head) costs the loop about a quarter of a millisecond, all in one step of the
-request's task. Two hundred requests that arrive together (a page of users, a reconnecting load
-balancer, a benchmark's batch) made one turn of 20-30 ms at 200 paced runs, during which no
-token of a stream already running went out: that turn was the loop lag's p99. Through
-:class:`~service.core.admission.Admission` at most :data:`PER_TURN` requests start per
-turn; the rest wait, in arrival order, for the following turns, between which the loop writes
-the tokens that came meanwhile. A request alone is not delayed.
+response's head) is all one step of the request's task. Two hundred requests that arrive
+together (a page of users, a reconnecting load balancer, a benchmark's batch) would make one long
+turn, during which no token of a stream already running goes out: under paced load that turn
+sets the loop lag's p99 (measured: docs/benchmarks.md, section Bursts, request admission and the
+middle GC generation (16612c5)). Through :class:`~service.core.admission.Admission` at most
+:data:`PER_TURN` requests start per turn; the rest wait, in arrival order, for the following
+turns, between which the loop writes the tokens that came meanwhile. A request alone is not
+delayed.
 """
 
 from __future__ import annotations
