@@ -1,7 +1,8 @@
 // The event types the page handles: the session dialect's (service/transports/payloads.py,
 // `SessionPayload`) and the two a session stream makes up for one reader (`heartbeat`, and an
 // `error` without an id). An EventSource delivers only the event names it listens for, so a
-// type missing here would silently never reach the page.
+// type missing here would silently never reach the page. tests/transports/test_web_client.py
+// compares this list with the service's, so the two cannot drift apart.
 export const EVENT_TYPES = Object.freeze([
   "processing",
   "status_change",
@@ -13,6 +14,7 @@ export const EVENT_TYPES = Object.freeze([
   "tool_executing",
   "tool_result",
   "usage",
+  "context_trimmed",
   "plan",
   "step",
   "done",
