@@ -7,27 +7,7 @@ import {
   DefaultChatTransport,
   lastAssistantMessageIsCompleteWithApprovalResponses,
 } from 'ai';
-import { base, headers, id, report, texts } from './common.mjs';
-
-class State {
-  constructor() {
-    this.status = 'ready';
-    this.error = undefined;
-    this.messages = [];
-  }
-  pushMessage(message) {
-    this.messages = [...this.messages, message];
-  }
-  popMessage() {
-    this.messages = this.messages.slice(0, -1);
-  }
-  replaceMessage(index, message) {
-    this.messages = [...this.messages.slice(0, index), message, ...this.messages.slice(index + 1)];
-  }
-  snapshot(thing) {
-    return structuredClone(thing);
-  }
-}
+import { ChatState, base, headers, id, report, texts } from './common.mjs';
 
 const [approved, text] = texts;
 const chunks = [];
@@ -36,7 +16,7 @@ const transport = new DefaultChatTransport({ api: `${base}/api/chat`, headers })
 const chat = new AbstractChat({
   id,
   transport,
-  state: new State(),
+  state: new ChatState(),
   onError: (error) => errors.push(String(error)),
 });
 // Count the chunk types of every response by wrapping the transport's processing.

@@ -2,33 +2,13 @@
 // asks GET /api/chat/{id}/stream; the chat must end up ready (a 204), not in error, and then send
 // its first message as usual. Usage: node aisdk_resume_new.mjs BASE CHAT_ID TEXT
 import { AbstractChat, DefaultChatTransport } from 'ai';
-import { base, headers, id, report, texts } from './common.mjs';
-
-class State {
-  constructor() {
-    this.status = 'ready';
-    this.error = undefined;
-    this.messages = [];
-  }
-  pushMessage(message) {
-    this.messages = [...this.messages, message];
-  }
-  popMessage() {
-    this.messages = this.messages.slice(0, -1);
-  }
-  replaceMessage(index, message) {
-    this.messages = [...this.messages.slice(0, index), message, ...this.messages.slice(index + 1)];
-  }
-  snapshot(thing) {
-    return structuredClone(thing);
-  }
-}
+import { ChatState, base, headers, id, report, texts } from './common.mjs';
 
 const errors = [];
 const chat = new AbstractChat({
   id,
   transport: new DefaultChatTransport({ api: `${base}/api/chat`, headers }),
-  state: new State(),
+  state: new ChatState(),
   onError: (error) => errors.push(String(error)),
 });
 await chat.resumeStream(); // what useChat({resume: true}) does when it mounts

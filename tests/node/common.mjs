@@ -10,3 +10,24 @@ export function report(result) {
 export function userMessage(text, n = 1) {
   return { id: `u${n}`, role: 'user', parts: [{ type: 'text', text }] };
 }
+
+// The state AbstractChat keeps (what useChat keeps in React state), held plainly.
+export class ChatState {
+  constructor() {
+    this.status = 'ready';
+    this.error = undefined;
+    this.messages = [];
+  }
+  pushMessage(message) {
+    this.messages = [...this.messages, message];
+  }
+  popMessage() {
+    this.messages = this.messages.slice(0, -1);
+  }
+  replaceMessage(index, message) {
+    this.messages = [...this.messages.slice(0, index), message, ...this.messages.slice(index + 1)];
+  }
+  snapshot(thing) {
+    return structuredClone(thing);
+  }
+}
