@@ -136,15 +136,18 @@ class SqlRecords(SessionRecords):
         try:
             done, _ = await asyncio.wait({task}, timeout=deadline_s)
         except asyncio.CancelledError:
+            # The caller went (a client gone, a run stopped): the call itself is not torn down
+            # half way, which leaves the driver closing its connection in a task nobody awaits.
             self._abandon(task)
             raise
         if task in done:
             return task.result()
+        task.cancel()
         self._abandon(task)
         raise DatabaseUnavailable(f"the session database did not answer within {deadline_s:g} s")
 
     def _abandon(self, task: asyncio.Future[Any]) -> None:
-        task.cancel()
+        """Keep ``task`` until it ends, so that :meth:`close` can wait for it."""
         self._abandoned.add(task)
         task.add_done_callback(self._forget_abandoned)
 
@@ -173,8 +176,12 @@ class SqlRecords(SessionRecords):
         log.info("session database: %s at revision %s", self.kind, await migrate.current(self.engine))
 
     async def close(self) -> None:
-        for task in list(self._abandoned):
-            task.cancel()
+        if self._abandoned:
+            # Calls their callers left: each gets the deadline to end (a cancelled one, to close
+            # its connection) before the engine goes; what a stalled server holds is cancelled.
+            _, stalled = await asyncio.wait(set(self._abandoned), timeout=self.deadline_s)
+            for task in stalled:
+                task.cancel()
         try:
             # Closing a connection says goodbye to the server, which a stalled one never answers.
             async with asyncio.timeout(self.deadline_s):
