@@ -33,6 +33,7 @@ from service.transports.auth import fingerprint
 from service.transports.quotas import Quotas
 from tests.conftest import TEST_SETTINGS, ClientFactory, services_of, sse_events, test_tools
 from tests.core.test_runs import ScriptedAgent
+from tests.support.sessions import new_session
 from tests.transports.test_mcp import RawMcp
 
 KEYS = ["key-a", "key-b"]
@@ -97,12 +98,6 @@ async def receive(ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
 async def still_usable(ws: aiohttp.ClientWebSocketResponse) -> None:
     await ws.send_json({"type": "ping"})
     assert await receive(ws) == {"type": "pong"}
-
-
-async def new_session(client: TestClient, headers: dict[str, str] | None = None) -> str:
-    async with client.post("/sessions", json={}, headers=headers) as response:
-        assert response.status == 201, await response.text()
-        return (await response.json())["id"]
 
 
 async def running_session(client: TestClient, headers: dict[str, str] | None = None) -> str:

@@ -11,14 +11,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from tests.conftest import SESSION_ROUTES, SUITE_REDIS_URL, ClientFactory, services_of, sse_events
-
-
-async def new_session(client: TestClient) -> str:
-    async with client.post("/sessions", json={}) as response:
-        assert response.status == 201
-        body = await response.json()
-    assert body["status"] == "idle"
-    return body["id"]
+from tests.support.sessions import new_session
 
 
 async def send(client: TestClient, session_id: str, content: str, status: int = 202) -> dict[str, Any]:

@@ -25,9 +25,10 @@ from service.core.events import ToolApprovalResponse, ToolCall, ToolUse
 from service.providers.blocks import as_int
 from service.transports import dialects
 from tests.conftest import ClientFactory, services_of, sse_blocks
+from tests.support.sessions import new_session
 from tests.transports.test_approvals import approving, requests_of  # noqa: F401 (a fixture)
 from tests.transports.test_fuzz import any_text, contains_surrogate
-from tests.transports.test_sessions import new_session, send
+from tests.transports.test_sessions import send
 
 NAN_INPUT = b'{"approved": true, "input": {"expression": "1+1", "x": NaN}}'
 WAIT_S = 10.0

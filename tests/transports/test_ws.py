@@ -16,11 +16,7 @@ from aiohttp.test_utils import TestClient
 
 from service.core.events import TextDelta
 from tests.conftest import ClientFactory, services_of, sse_events
-
-
-async def new_session(client: TestClient) -> str:
-    async with client.post("/sessions", json={}) as response:
-        return (await response.json())["id"]
+from tests.support.sessions import new_session
 
 
 async def receive(ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
