@@ -26,15 +26,9 @@ from service.agent.mcp import (
 )
 from service.agent.tools import FunctionTool, Tool, ToolExecutor
 from tests.conftest import ClientFactory, services_of, stream_agent
+from tests.support._pipes import free_port
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def free_port() -> int:
-    """A loopback port nobody listens on (yet)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def build_server(name: str) -> MCPServer:

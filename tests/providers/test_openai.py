@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -25,6 +24,7 @@ from service.providers.base import POOL_IDLE_S, ModelRequest, TurnResult
 from service.providers.openai import OpenAIProvider, to_openai_messages, to_openai_tools
 from service.providers.openai_stream import DONE, OpenAIStreamParser, SSELineReader, decode_data
 from tests.conftest import ClientFactory, services_of, sse_events, stream_agent
+from tests.support._pipes import free_port
 
 # -- the SSE reader -----------------------------------------------------------------------------
 
@@ -352,13 +352,6 @@ async def collect(provider: OpenAIProvider, text: str) -> tuple[list[Any], OpenA
         chunks.append(chunk)
         parser.feed(chunk)
     return chunks, parser
-
-
-def free_port() -> int:
-    """A port nothing listens on."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture
