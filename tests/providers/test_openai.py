@@ -16,7 +16,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from service.core.events import Event, TextDelta
-from service.emulator import EmulatorConfig, create_emulator_app
 from service.emulator.answers import answer_words
 from service.emulator.server import RECORDS_KEY
 from service.errors import ProviderError
@@ -352,12 +351,6 @@ async def collect(provider: OpenAIProvider, text: str) -> tuple[list[Any], OpenA
         chunks.append(chunk)
         parser.feed(chunk)
     return chunks, parser
-
-
-@pytest.fixture
-async def emulator_server(aiohttp_server: Any) -> TestServer:
-    """The standalone emulator app on a real port."""
-    return await aiohttp_server(create_emulator_app(EmulatorConfig()))
 
 
 @pytest.fixture
