@@ -421,6 +421,7 @@ async def test_the_model_calls_an_mcp_tool_over_http(
     assert events[-1]["type"] == "done"
 
 
+@pytest.mark.slow
 async def test_the_service_starts_with_a_server_down_and_picks_it_up(
     make_client: ClientFactory, down: McpTestServer
 ) -> None:

@@ -173,6 +173,7 @@ def parse_pieces(pieces: list[bytes]) -> tuple[list[Any], list[Event]]:
     return chunks, events
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(stream=sse_streams(), data=st.data())
 def test_any_split_into_network_reads_gives_the_same_events(
@@ -226,6 +227,7 @@ def data_lines(draw: st.DrawFn) -> str:
     )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(lines=st.lists(data_lines(), max_size=4))
 def test_any_data_line_is_read_or_refused_as_a_provider_error(lines: list[str]) -> None:
@@ -699,6 +701,7 @@ async def test_reasoning_is_streamed(openai_client: TestClient) -> None:
     assert events[-1]["type"] == "done" and events[-1]["turns"] == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("directive", "code", "words", "attempts"),
     [
@@ -742,6 +745,7 @@ async def test_read_timeout_is_an_error_event(make_client: ClientFactory) -> Non
     assert (await stream_agent(client, "Quick [emu:tokens=2]"))[-1]["type"] == "done"
 
 
+@pytest.mark.slow
 async def test_an_unreachable_endpoint_is_an_error_event(make_client: ClientFactory) -> None:
     client = await make_client(provider="openai", openai_base_url=f"http://127.0.0.1:{free_port()}/v1")
     events = await stream_agent(client, "Anyone there?")

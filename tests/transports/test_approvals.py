@@ -238,6 +238,7 @@ async def test_unknown_approvals_and_other_keys_get_404(make_client: ClientFacto
     await answer(client, session_id, request.approval_id, {"approved": True}, headers=alice)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "body",
     [

@@ -38,6 +38,8 @@ from tests.transports.test_fuzz import (
 )
 from tests.transports.test_sessions import send
 
+pytestmark = pytest.mark.slow  # Hypothesis against the whole service
+
 answers = st.fixed_dictionaries(
     {"approved": st.booleans() | json_values},
     optional={

@@ -35,6 +35,7 @@ async def cors_client(make_client: ClientFactory) -> TestClient:
     return await make_client(api_keys=["k1"], allowed_origins=[ORIGIN])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("method", "path", "body"),
     [

@@ -81,6 +81,7 @@ def assert_no_traceback(caplog: pytest.LogCaptureFixture) -> None:
 # -- the edges -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "raw",
     [
@@ -145,6 +146,7 @@ async def test_a_websocket_approve_with_nan_gets_an_error_frame_and_the_socket_s
     assert_no_traceback(caplog)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("path", "raw"),
     [
@@ -186,6 +188,7 @@ async def test_a_body_with_nan_is_a_clear_4xx(
     assert_no_traceback(caplog)
 
 
+@pytest.mark.slow
 async def test_an_mcp_message_with_nan_is_a_parse_error(
     client: TestClient, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -201,6 +204,7 @@ async def test_an_mcp_message_with_nan_is_a_parse_error(
     assert_no_traceback(caplog)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("provider", ["bedrock", "openai"])
 @pytest.mark.parametrize("bad", ["NaN", "-Infinity", "1e400"])
 async def test_a_model_tool_input_with_nan_is_a_tool_error_and_the_run_ends_once(
@@ -290,6 +294,7 @@ async def recorded(make_client: ClientFactory, database_url: str) -> TestClient:
     )
 
 
+@pytest.mark.slow
 @settings(
     max_examples=20,
     deadline=None,
