@@ -51,6 +51,68 @@ def _forget_suite_keys() -> None:
                 delete_prefix(SUITE_REDIS_URL, prefix)
 
 
+# --- the test tiers ----------------------------------------------------------------------------
+# Every test is ``unit`` or ``service``: a service test starts an HTTP server (the service, the
+# emulator) or a process of the service, through one of SERVER_FIXTURES or a ServiceProcess, or is
+# in tests/browser or tests/cluster, or is marked so by hand. ``browser`` and ``cluster`` come from
+# the folder, ``node`` from a module that runs the npm clients (tests/support/node.py). ``slow`` is
+# marked in the test files, after a ``--durations=0`` run, and set here on the tests that take the
+# run's PostgreSQL (tests/db is not marked by hand). ``fast`` is what is left once the slow,
+# browser, node and cluster tests are taken away: ``python -m pytest -m fast`` is the developer's
+# tier. Without ``-m`` everything runs.
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+SERVER_FIXTURES = frozenset(
+    {
+        "make_client",
+        "client",
+        "aiohttp_client",
+        "aiohttp_server",
+        "aiohttp_raw_server",
+        "service_process",
+        "emulator",
+        "emulator_server",
+    }
+)
+FOLDER_MARKERS = {"browser": "browser", "cluster": "cluster"}
+NOT_FAST = ("slow", "browser", "node", "cluster")
+
+
+def _uses(module: Any, support: str) -> bool:
+    """True when the test's module holds something of ``support`` (a module of tests/support)."""
+    return module is not None and any(
+        getattr(value, "__module__", None) == support for value in vars(module).values()
+    )
+
+
+def _on_postgres(item: pytest.Item) -> bool:
+    """True when the test takes the run's PostgreSQL (``postgres``, or ``database_url``'s second parameter)."""
+    callspec = getattr(item, "callspec", None)
+    on_param = callspec is not None and callspec.params.get("database_url") == "postgresql"
+    return on_param or "postgres" in getattr(item, "fixturenames", ())
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by these marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        folder = os.path.relpath(str(item.path), TESTS_DIR).split(os.sep)[0]
+        if folder in FOLDER_MARKERS:
+            item.add_marker(FOLDER_MARKERS[folder])
+        module = getattr(item, "module", None)
+        if _uses(module, "tests.support.node"):
+            item.add_marker("node")
+        if not (item.get_closest_marker("unit") or item.get_closest_marker("service")):
+            servers = (
+                folder in FOLDER_MARKERS
+                or _uses(module, "tests.support.instances")  # ServiceProcess: python -m service
+                or SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+            )
+            item.add_marker("service" if servers else "unit")
+        if _on_postgres(item):
+            item.add_marker("slow")  # the run's PostgreSQL: initdb and a server start first
+        if not any(item.get_closest_marker(name) for name in NOT_FAST):
+            item.add_marker("fast")
+
+
 TEST_SETTINGS: dict[str, Any] = {
     "provider": "emulator",
     "emulator_ttft_ms": 0,

@@ -59,6 +59,7 @@ def _finite(value: Any) -> bool:
     return True
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None)
 @given(values, st.booleans(), st.booleans())
 def test_what_json_writes_is_read_as_json_reads_it(value: Any, ascii_only: bool, as_bytes: bool) -> None:
@@ -70,6 +71,7 @@ def test_what_json_writes_is_read_as_json_reads_it(value: Any, ascii_only: bool,
         assert outcome(parse, data) == outcome(json.loads, data)  # strict JSON: read as ever
 
 
+@pytest.mark.slow
 @settings(max_examples=1000, deadline=None)
 @given(st.text(alphabet='{}[]",:0123456789.eE+-tfalsenuNIiy \\/u\t\nabc\x00\ud800é', max_size=30))
 def test_anything_else_is_read_or_refused_as_json_reads_or_refuses_it(text: str) -> None:
@@ -134,6 +136,7 @@ def test_what_is_written_is_strict() -> None:
             dumps({"x": [value]})
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(values)
 def test_a_frame_body_is_read_as_botocore_reads_it(value: Any) -> None:

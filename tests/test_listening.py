@@ -81,6 +81,7 @@ def stopped(pid: int) -> Iterator[None]:
         os.kill(pid, signal.SIGCONT)
 
 
+@pytest.mark.slow
 def test_the_service_queues_a_burst_of_connections_while_busy() -> None:
     count = burst_size()
     with ServiceProcess({"AGENT_DATABASE_URL": ""}) as service:

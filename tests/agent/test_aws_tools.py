@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import socket
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from moto.server import ThreadedMotoServer
 from service.agent.aws_tools import NO_CREDENTIALS, aws_tools, list_s3_buckets_tool
 from service.agent.tools import FunctionTool, ToolExecutor
 from tests.conftest import ClientFactory, stream_agent
+from tests.support._pipes import free_port
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -59,12 +59,6 @@ def moto_s3(no_aws: None, moto_url: str, monkeypatch: pytest.MonkeyPatch) -> Any
     return boto3.client("s3")  # no endpoint_url: the environment variable decides
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 async def test_it_lists_the_buckets(moto_s3: Any) -> None:
     for name in ("beta-bucket", "alpha-bucket"):
         moto_s3.create_bucket(Bucket=name)
@@ -88,7 +82,7 @@ async def test_an_unreachable_endpoint_is_a_clear_error(
     no_aws: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _dummy_credentials(monkeypatch)
-    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    endpoint = f"http://127.0.0.1:{free_port()}"
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", endpoint)
     outcome = await ToolExecutor(aws_tools(), timeout=30).run("list_s3_buckets", "t1", {})
     assert outcome.is_error

@@ -26,15 +26,9 @@ from service.agent.mcp import (
 )
 from service.agent.tools import FunctionTool, Tool, ToolExecutor
 from tests.conftest import ClientFactory, services_of, stream_agent
+from tests.support._pipes import free_port
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def free_port() -> int:
-    """A loopback port nobody listens on (yet)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def build_server(name: str) -> MCPServer:
@@ -427,6 +421,7 @@ async def test_the_model_calls_an_mcp_tool_over_http(
     assert events[-1]["type"] == "done"
 
 
+@pytest.mark.slow
 async def test_the_service_starts_with_a_server_down_and_picks_it_up(
     make_client: ClientFactory, down: McpTestServer
 ) -> None:

@@ -140,6 +140,7 @@ def test_every_event_class_survives_a_round_trip_through_json() -> None:
         assert module.EVENT_ADAPTER.validate_json(event.model_dump_json()) == event, cls
 
 
+@pytest.mark.slow
 async def test_the_byte_bound_counts_the_memory_an_entry_really_holds() -> None:
     """tracemalloc against the log's count, for small and large events, with the encodings the
     SSE and WebSocket transports cache on each entry."""

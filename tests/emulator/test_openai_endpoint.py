@@ -8,9 +8,8 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp.test_utils import TestClient
+from aiohttp.test_utils import TestClient, TestServer
 
-from service.emulator import EmulatorConfig, create_emulator_app
 from service.emulator.openai import bedrock_request
 from service.emulator.script import plan_response
 from service.emulator.server import RECORDS_KEY
@@ -29,9 +28,9 @@ CALCULATOR = {
 
 
 @pytest.fixture
-async def emulator(aiohttp_client: Any) -> TestClient:
-    """The standalone emulator app on a real port, unpaced."""
-    return await aiohttp_client(create_emulator_app(EmulatorConfig()))
+async def emulator(aiohttp_client: Any, emulator_server: TestServer) -> TestClient:
+    """A client of the standalone emulator app (``emulator_server``, unpaced, on a real port)."""
+    return await aiohttp_client(emulator_server)
 
 
 def body_for(message: str, *, tools: bool = True, usage: bool = True, **extra: Any) -> dict[str, Any]:

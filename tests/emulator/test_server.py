@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
@@ -42,13 +41,6 @@ CALCULATOR_TOOLS = {
     ]
 }
 _tags = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def emulator() -> Iterator[EmbeddedEmulator]:
-    """One embedded emulator shared by the module's boto3 tests."""
-    with EmbeddedEmulator() as emu:
-        yield emu
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ async def _load(client: TestClient, *args: str) -> dict[str, Any]:
     return await run(config)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["sse", "ws", "agent", "mixed"])
 async def test_each_mode_runs_clean(client: TestClient, mode: str) -> None:
     # Three queries per session, so sessions are reused and rotated (ids continue across queries).

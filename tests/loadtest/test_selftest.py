@@ -14,6 +14,7 @@ from service.loadtest.load import run_selftest
 from service.loadtest.selftest import judge_selftest, selftest
 
 
+@pytest.mark.slow
 async def test_selftest_finds_the_direct_path_clean(client: TestClient) -> None:
     async with aiohttp.ClientSession() as http:
         result = await selftest(http, str(client.make_url("")), ticks=10, interval_ms=40, idle_ms=300)

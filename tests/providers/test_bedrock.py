@@ -190,6 +190,7 @@ async def test_closing_the_turns_stream_closes_the_upstream_at_once(
     assert record.deltas_sent < 2000
 
 
+@pytest.mark.slow
 async def test_streams_in_flight_take_no_thread(emulated: tuple[Any, BedrockProvider]) -> None:
     _, provider = emulated
 
@@ -266,6 +267,7 @@ async def test_the_user_agent_is_botocores_own_built_once(fake: tuple[FakeBedroc
     assert upstream.user_agents == [expected, expected]
 
 
+@pytest.mark.slow
 async def test_a_body_that_stops_coming_times_out_after_the_headers(aiohttp_server: Any) -> None:
     """The headers, a delta, another once the first was read, then nothing: the stall watch (not
     aiohttp's timer, dropped at the second read) ends the read."""

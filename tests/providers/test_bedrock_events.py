@@ -189,6 +189,7 @@ bodies = st.fixed_dictionaries(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=1000, deadline=None)
 @given(bodies)
 def test_the_fast_path_gives_what_botocore_gives_or_leaves_it_to_botocore(body: dict[str, Any]) -> None:
@@ -318,6 +319,7 @@ plain_bodies = st.one_of(
 ).map(lambda kb: (kb[0], {**kb[1], "p": "abcdef"} if len(kb[1]) % 2 else kb[1]))
 
 
+@pytest.mark.slow
 @settings(max_examples=1000, deadline=None)
 @given(plain_bodies)
 def test_the_other_events_give_what_botocore_gives_or_are_left_to_it(kind_body: tuple[str, Any]) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -17,7 +16,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from service.core.events import Event, TextDelta
-from service.emulator import EmulatorConfig, create_emulator_app
 from service.emulator.answers import answer_words
 from service.emulator.server import RECORDS_KEY
 from service.errors import ProviderError
@@ -25,6 +23,7 @@ from service.providers.base import POOL_IDLE_S, ModelRequest, TurnResult
 from service.providers.openai import OpenAIProvider, to_openai_messages, to_openai_tools
 from service.providers.openai_stream import DONE, OpenAIStreamParser, SSELineReader, decode_data
 from tests.conftest import ClientFactory, services_of, sse_events, stream_agent
+from tests.support._pipes import free_port
 
 # -- the SSE reader -----------------------------------------------------------------------------
 
@@ -174,6 +173,7 @@ def parse_pieces(pieces: list[bytes]) -> tuple[list[Any], list[Event]]:
     return chunks, events
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(stream=sse_streams(), data=st.data())
 def test_any_split_into_network_reads_gives_the_same_events(
@@ -227,6 +227,7 @@ def data_lines(draw: st.DrawFn) -> str:
     )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(lines=st.lists(data_lines(), max_size=4))
 def test_any_data_line_is_read_or_refused_as_a_provider_error(lines: list[str]) -> None:
@@ -352,19 +353,6 @@ async def collect(provider: OpenAIProvider, text: str) -> tuple[list[Any], OpenA
         chunks.append(chunk)
         parser.feed(chunk)
     return chunks, parser
-
-
-def free_port() -> int:
-    """A port nothing listens on."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture
-async def emulator_server(aiohttp_server: Any) -> TestServer:
-    """The standalone emulator app on a real port."""
-    return await aiohttp_server(create_emulator_app(EmulatorConfig()))
 
 
 @pytest.fixture
@@ -713,6 +701,7 @@ async def test_reasoning_is_streamed(openai_client: TestClient) -> None:
     assert events[-1]["type"] == "done" and events[-1]["turns"] == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("directive", "code", "words", "attempts"),
     [
@@ -756,6 +745,7 @@ async def test_read_timeout_is_an_error_event(make_client: ClientFactory) -> Non
     assert (await stream_agent(client, "Quick [emu:tokens=2]"))[-1]["type"] == "done"
 
 
+@pytest.mark.slow
 async def test_an_unreachable_endpoint_is_an_error_event(make_client: ClientFactory) -> None:
     client = await make_client(provider="openai", openai_base_url=f"http://127.0.0.1:{free_port()}/v1")
     events = await stream_agent(client, "Anyone there?")

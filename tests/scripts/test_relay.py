@@ -24,12 +24,6 @@ RELAY = Path(__file__).resolve().parents[2] / "scripts" / "intake" / "relay.py"
 
 
 @pytest.fixture
-def emulator() -> Iterator[EmbeddedEmulator]:
-    with EmbeddedEmulator() as emulator:
-        yield emulator
-
-
-@pytest.fixture
 def relay(emulator: EmbeddedEmulator) -> Iterator[str]:
     port = free_port()
     child = subprocess.Popen(

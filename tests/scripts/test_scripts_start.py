@@ -20,6 +20,7 @@ def test_every_script_is_covered() -> None:
     )
 
 
+@pytest.mark.slow  # a Python process per script
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_script_help(script: str, tmp_path: Path) -> None:
     # From another directory and with no PYTHONPATH: a script finds its own helpers and this checkout.

@@ -13,6 +13,9 @@ Load with ``pytest_plugins = ["tests.support.fixtures"]`` (in the top conftest o
   the :class:`ServiceProcess` once it listens; every one still running is terminated afterwards.
 - ``pools``: ``pools(WorkerPool(...))`` or ``pools(Calculator(...))`` returns its argument and
   closes it after the test, so no worker process outlives the test.
+- ``emulator`` (module): one :class:`EmbeddedEmulator` (a thread of its own on a real port) shared
+  by a module's tests; tell their requests apart by their text.
+- ``emulator_server``: the standalone emulator app, unpaced, on a real port of the test's loop.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ from typing import Any
 from uuid import uuid4
 
 import pytest
+from aiohttp.test_utils import TestServer
 
+from service.emulator import EmbeddedEmulator, EmulatorConfig, create_emulator_app
 from service.sandbox import WorkerPool
 from tests.support._pipes import ProcessStartError
 from tests.support.instances import EnvValue, ServiceFactory, ServiceProcess
@@ -114,3 +119,16 @@ async def pools() -> Any:
     yield track
     for thing in made:
         await (thing.close() if isinstance(thing, WorkerPool) else thing.aclose())
+
+
+@pytest.fixture(scope="module")
+def emulator() -> Iterator[EmbeddedEmulator]:
+    """One embedded emulator shared by the module's tests (each tells its requests apart by text)."""
+    with EmbeddedEmulator() as emu:
+        yield emu
+
+
+@pytest.fixture
+async def emulator_server(aiohttp_server: Any) -> TestServer:
+    """The standalone emulator app, unpaced, on a real port."""
+    return await aiohttp_server(create_emulator_app(EmulatorConfig()))

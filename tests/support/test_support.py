@@ -99,6 +99,7 @@ def test_delete_prefix_takes_only_that_prefix(redis_url: str, redis_prefix: str)
         assert client.exists(f"{redis_prefix}:a", f"{redis_prefix}:b", f"x{other}") == 0
 
 
+@pytest.mark.slow
 async def test_a_service_process_serves_until_killed(service_process: ServiceFactory) -> None:
     service = await service_process(MEMORY_MODE)
     async with aiohttp.ClientSession() as http:
@@ -111,6 +112,7 @@ async def test_a_service_process_serves_until_killed(service_process: ServiceFac
                 pass
 
 
+@pytest.mark.slow
 async def test_two_instances_and_a_graceful_restart_on_the_same_port() -> None:
     async with ServiceProcess(MEMORY_MODE) as first, ServiceProcess(MEMORY_MODE) as second:
         assert first.base_url != second.base_url

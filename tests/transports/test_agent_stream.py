@@ -91,6 +91,7 @@ async def test_throttling_before_any_token_is_retried_then_reported(client: Test
     assert len(attempts) == 3  # the first try and two retries of the loop
 
 
+@pytest.mark.slow
 async def test_http_500_before_the_stream_is_an_error_event(client: TestClient) -> None:
     events = await stream_agent(client, "Hello [emu:http=500]")
     assert _types(events) == ["error"]
@@ -114,6 +115,7 @@ async def test_a_tool_that_raises(client: TestClient) -> None:
     assert events[-1]["type"] == "done"
 
 
+@pytest.mark.slow
 async def test_a_tool_that_times_out(client: TestClient) -> None:
     events = await stream_agent(client, "Use a tool [emu:tool=sleepy]")
     result = next(e for e in events if e["type"] == "tool_result")
@@ -150,6 +152,7 @@ async def test_run_and_stream_give_the_same_text(client: TestClient) -> None:
         assert body["usage"]["total_tokens"] > 0
 
 
+@pytest.mark.slow
 async def test_run_reports_an_upstream_failure_as_json(client: TestClient) -> None:
     async with client.post("/agent/run", json={"message": "x [emu:http=500]"}) as response:
         assert response.status == 503

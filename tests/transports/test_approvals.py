@@ -17,8 +17,9 @@ from aiohttp.test_utils import TestClient
 from service.core.log import LogEntry
 from tests.conftest import ClientFactory, services_of, sse_events
 from tests.support.clock import ManualClock
+from tests.support.sessions import new_session
 from tests.transports.test_mcp import Notifications, connect
-from tests.transports.test_sessions import new_session, send
+from tests.transports.test_sessions import send
 
 SIX_BY_SEVEN = "What is 6*7?"
 
@@ -237,6 +238,7 @@ async def test_unknown_approvals_and_other_keys_get_404(make_client: ClientFacto
     await answer(client, session_id, request.approval_id, {"approved": True}, headers=alice)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "body",
     [

@@ -19,6 +19,7 @@ from hypothesis import event, example, given
 from hypothesis import strategies as st
 
 from tests.conftest import ClientFactory, services_of
+from tests.support.sessions import new_session
 from tests.transports.test_approvals import requests_of
 from tests.transports.test_fuzz import (
     DEEP,
@@ -35,7 +36,9 @@ from tests.transports.test_fuzz import (
     raw_bodies,
     url_text,
 )
-from tests.transports.test_sessions import new_session, send
+from tests.transports.test_sessions import send
+
+pytestmark = pytest.mark.slow  # Hypothesis against the whole service
 
 answers = st.fixed_dictionaries(
     {"approved": st.booleans() | json_values},

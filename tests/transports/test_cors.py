@@ -14,6 +14,7 @@ from aiohttp.test_utils import TestClient
 
 from service.config import Settings
 from tests.conftest import ClientFactory
+from tests.support.sessions import new_session
 
 ORIGIN = "https://chat.example"
 KEY = {"Authorization": "Bearer k1"}
@@ -34,12 +35,7 @@ async def cors_client(make_client: ClientFactory) -> TestClient:
     return await make_client(api_keys=["k1"], allowed_origins=[ORIGIN])
 
 
-async def new_session(client: TestClient) -> str:
-    async with client.post("/sessions", json={}, headers=FROM_PAGE) as response:
-        assert response.status == 201
-        return (await response.json())["id"]
-
-
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("method", "path", "body"),
     [
@@ -88,7 +84,7 @@ async def test_streamed_replies_carry_cors(
 
 
 async def test_session_streams_carry_cors(cors_client: TestClient) -> None:
-    session_id = await new_session(cors_client)
+    session_id = await new_session(cors_client, FROM_PAGE)
     async with cors_client.get(f"/sessions/{session_id}/stream?query=hi", headers=FROM_PAGE) as response:
         assert response.status == 200
         assert_cors(response)
@@ -115,7 +111,7 @@ async def test_errors_carry_cors(cors_client: TestClient) -> None:
     async with cors_client.post("/api/chat", json={"messages": 3}, headers=FROM_PAGE) as response:
         assert response.status in (400, 422)
         assert_cors(response)
-    session_id = await new_session(cors_client)
+    session_id = await new_session(cors_client, FROM_PAGE)
     async with cors_client.get(f"/sessions/{session_id}/stream", headers=FROM_PAGE) as response:
         assert response.status == 400
         assert_cors(response)
@@ -130,7 +126,7 @@ async def test_errors_carry_cors(cors_client: TestClient) -> None:
 
 
 async def test_a_running_query_refusal_carries_cors(cors_client: TestClient) -> None:
-    session_id = await new_session(cors_client)
+    session_id = await new_session(cors_client, FROM_PAGE)
     async with cors_client.post(
         f"/sessions/{session_id}/messages", json={"content": "slow [emu:ttft=5000]"}, headers=FROM_PAGE
     ) as response:

@@ -47,6 +47,7 @@ def types_of(events: list[dict[str, Any]]) -> list[str]:
 # --- upstream errors inside the stream ---
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("exception", RETRYABLE_IN_STREAM)
 async def test_an_error_inside_the_stream_before_any_text_is_retried(
     client: TestClient, exception: str
@@ -60,6 +61,7 @@ async def test_an_error_inside_the_stream_before_any_text_is_retried(
     assert types_of(events).count("text_delta") >= 1  # the whole answer, once
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("exception", RETRYABLE_IN_STREAM)
 async def test_an_error_after_text_reached_the_client_is_not_replayed(
     client: TestClient, exception: str
@@ -100,6 +102,7 @@ def test_backoff_grows_is_jittered_and_capped() -> None:
 # --- upstream errors before the stream ---
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("status", [429, 500, 503])
 async def test_a_throttle_or_5xx_before_the_stream_is_retried_by_botocore(
     client: TestClient, status: int
@@ -120,6 +123,7 @@ async def test_a_validation_or_access_error_before_the_stream_is_not_retried(
     assert attempts(client, marker) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("provider", ["bedrock", "openai"])
 async def test_a_stalled_upstream_times_out_and_frees_its_resources(
     make_client: ClientFactory, provider: str
@@ -323,6 +327,7 @@ async def quiescent(client: TestClient) -> dict[str, int]:
 Leaver = Callable[[], Awaitable[None]]
 
 
+@pytest.mark.slow
 async def test_a_thousand_clients_leaving_mid_stream_leave_nothing_behind(make_client: ClientFactory) -> None:
     if SUITE_REDIS_URL:
         pytest.skip("counts this process's own resources, forced to the memory store: once is enough")

@@ -36,6 +36,8 @@ from hypothesis import strategies as st
 from service.transports.inputs import holds_nul
 from tests.conftest import SESSION_ROUTES, ClientFactory, services_of, sse_events
 
+pytestmark = pytest.mark.slow  # Hypothesis against the whole service
+
 MAX_CHARS = 200  # AGENT_MAX_MESSAGE_CHARS for these tests: long texts stay cheap
 MAX_BYTES = 4096  # AGENT_MAX_REQUEST_BYTES
 WS_MAX_BYTES = 8192  # AGENT_WS_MAX_MESSAGE_BYTES

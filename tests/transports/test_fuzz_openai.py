@@ -39,6 +39,8 @@ from tests.transports.test_fuzz import (  # noqa: F401 - the fixture is used by 
     raw_bodies,
 )
 
+pytestmark = pytest.mark.slow  # Hypothesis against the whole service
+
 MODEL = "us.anthropic.claude-3-5-haiku-20241022-v1:0"  # the test settings' model (the default)
 ROLES = ("system", "developer", "user", "assistant", "tool")
 

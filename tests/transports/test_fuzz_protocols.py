@@ -41,6 +41,8 @@ from tests.transports.test_fuzz import (
     read_sse,
 )
 
+pytestmark = pytest.mark.slow  # Hypothesis against the whole service
+
 _ids = count()
 CHAT_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 ROLES = st.sampled_from(["user", "assistant", "system", "robot", "tool", ""]) | json_values

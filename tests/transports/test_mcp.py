@@ -185,6 +185,7 @@ def assert_accounted_for(streamed: list[dict[str, Any]], last_id: int) -> None:
 # --- seed 004: SSE event delivery ---
 
 
+@pytest.mark.slow
 async def test_working_state_change_arrives_as_a_log_notification(client: TestClient) -> None:
     received = Notifications()
     async with connect(client, received) as mcp:
@@ -695,6 +696,7 @@ async def test_ping_and_protocol_negotiation(client: TestClient) -> None:
     assert (await probe.json())["error"]["code"] == types.METHOD_NOT_FOUND
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("body", "headers", "status", "code"),
     [
@@ -873,6 +875,7 @@ async def open_waiting_call(raw: RawMcp, request_id: int, content: str) -> aioht
     return response
 
 
+@pytest.mark.slow
 async def test_a_waiting_call_whose_client_leaves_does_not_stop_the_query(client: TestClient) -> None:
     raw = await RawMcp(client).start()
     response = await open_waiting_call(raw, 77, "slow [emu:tps=50] [emu:tokens=30]")
@@ -941,6 +944,7 @@ async def started(client: TestClient) -> RawMcp:
     return await RawMcp(client).start()
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(body=messages | json_values)
 async def test_no_message_gets_a_500(client: TestClient, started: RawMcp, body: Any) -> None:

@@ -72,6 +72,7 @@ def test_loads_refuses_exactly_past_the_bound(depth: int, shape: str) -> None:
             jsonsafe.loads(text)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("depth", DEPTHS)
 @pytest.mark.parametrize(
     ("path", "key"),
@@ -95,6 +96,7 @@ async def test_http_bodies(
     assert_clean_log(caplog)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("depth", DEPTHS)
 async def test_websocket_messages(client: TestClient, caplog: pytest.LogCaptureFixture, depth: int) -> None:
     async with client.ws_connect("/ws") as ws:

@@ -240,6 +240,7 @@ BAD_REQUESTS: list[tuple[str, dict[str, Any], str | None]] = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("case", "extra", "param"), BAD_REQUESTS, ids=[case for case, _, _ in BAD_REQUESTS])
 async def test_bad_requests_are_typed_errors(
     client: TestClient, caplog: pytest.LogCaptureFixture, case: str, extra: dict[str, Any], param: str | None
@@ -293,6 +294,7 @@ async def test_plain_http_errors_on_v1_are_in_openais_shape(client: TestClient) 
             assert payload["error"]["type"] == "invalid_request_error"
 
 
+@pytest.mark.slow
 async def test_a_model_failure_is_an_error_in_the_clients_terms(client: TestClient) -> None:
     api = openai_client(client)
     model = await model_of(api)

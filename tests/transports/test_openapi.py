@@ -112,6 +112,7 @@ async def live_schema(client: TestClient) -> dict[str, Any]:
         return await response.json()
 
 
+@pytest.mark.slow
 async def test_the_document_is_public_and_covers_every_route(make_client: ClientFactory) -> None:
     client = await make_client(**SETTINGS, api_keys=["secret"])
     spec = await live_schema(client)  # no key needed, like /healthz
@@ -202,6 +203,7 @@ def run_operation(
         http.close()
 
 
+@pytest.mark.slow  # schemathesis against every operation
 @pytest.mark.parametrize(
     ("method", "path", "mode"), OPERATIONS, ids=[f"{m} {p} {g.value}" for m, p, g in OPERATIONS]
 )

@@ -235,6 +235,7 @@ async def answer(client: TestClient, method: str, url: str, status: int, **kwarg
         return await response.json()
 
 
+@pytest.mark.slow
 async def test_a_scripted_conversation_conforms_on_every_route(make_client: ClientFactory) -> None:
     client = await make_client(steps_planning=True)
     spec = await answer(client, "GET", "/openapi.json", 200)

@@ -65,6 +65,7 @@ async def test_chat_streams_the_query_with_ids_and_ends_with_done(client: TestCl
     assert session["status"] == "idle" and len(session["messages"]) == 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("body", "status"),
     [
@@ -90,6 +91,7 @@ async def test_chat_refuses_bad_bodies(client: TestClient, body: Any, status: in
         assert response.status == 400
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "body",
     [
@@ -264,6 +266,7 @@ async def _ws(ws: aiohttp.ClientWebSocketResponse) -> Any:
                 return
 
 
+@pytest.mark.slow
 async def test_one_session_over_four_dialects_in_the_same_order(make_client: ClientFactory) -> None:
     client = await make_client(tool_timeout_s=60)
     ai_sdk = await client.post("/api/chat", json=chat_body("par", "go [emu:tool=sleepy] [emu:reasoning]"))
@@ -426,6 +429,7 @@ async def test_a_chat_answer_is_all_or_nothing_and_answers_the_whole_turn(
     assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
 
 
+@pytest.mark.slow
 async def test_an_ag_ui_resume_is_all_or_nothing_and_answers_the_whole_turn(
     approving: TestClient, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -66,6 +66,7 @@ async def test_steps_stream_ends_with_an_events_purged_error(
     assert_clean_log(caplog)
 
 
+@pytest.mark.slow
 async def test_session_stream_ends_with_an_events_purged_error(
     make_client: ClientFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -113,6 +114,7 @@ async def test_websocket_run_ends_with_an_events_purged_error(
     assert_clean_log(caplog)
 
 
+@pytest.mark.slow
 async def test_mcp_waiting_call_answers_despite_a_purged_log(
     make_client: ClientFactory, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -33,6 +33,7 @@ from service.transports.auth import fingerprint
 from service.transports.quotas import Quotas
 from tests.conftest import TEST_SETTINGS, ClientFactory, services_of, sse_events, test_tools
 from tests.core.test_runs import ScriptedAgent
+from tests.support.sessions import new_session
 from tests.transports.test_mcp import RawMcp
 
 KEYS = ["key-a", "key-b"]
@@ -97,12 +98,6 @@ async def receive(ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
 async def still_usable(ws: aiohttp.ClientWebSocketResponse) -> None:
     await ws.send_json({"type": "ping"})
     assert await receive(ws) == {"type": "pong"}
-
-
-async def new_session(client: TestClient, headers: dict[str, str] | None = None) -> str:
-    async with client.post("/sessions", json={}, headers=headers) as response:
-        assert response.status == 201, await response.text()
-        return (await response.json())["id"]
 
 
 async def running_session(client: TestClient, headers: dict[str, str] | None = None) -> str:
@@ -335,6 +330,7 @@ async def test_an_mcp_stream_is_a_stream_and_mcp_queries_are_runs(make_client: C
 # --- runs ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_concurrent_runs_per_key(make_client: ClientFactory) -> None:
     client = await make_client(api_keys=KEYS, quota_runs=1)
     quotas = quotas_of(client)
@@ -487,6 +483,7 @@ async def test_model_tokens_per_day(make_client: ClientFactory) -> None:
 # --- request limits -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_body_over_the_limit_is_413(make_client: ClientFactory) -> None:
     client = await make_client(max_request_bytes=4096)
     session_id = await new_session(client)
@@ -633,6 +630,7 @@ async def default_service(aiohttp_client: Any) -> TestClient:
     return await aiohttp_client(create_app(Settings()))
 
 
+@pytest.mark.slow
 async def test_a_default_service_serves_a_hundred_anonymous_viewers(default_service: TestClient) -> None:
     client = default_service
     session_id = await new_session(client, {})
@@ -658,6 +656,7 @@ async def test_a_default_service_serves_a_hundred_anonymous_viewers(default_serv
             viewer.close()
 
 
+@pytest.mark.slow
 async def test_a_default_service_runs_a_dozen_anonymous_queries_at_once(default_service: TestClient) -> None:
     client = default_service
 

@@ -70,6 +70,7 @@ async def test_another_keys_session_is_not_found_however_it_is_resumed(secured: 
         assert message["params"]["data"]["session_id"] == mine
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "value",
     [
@@ -95,6 +96,7 @@ async def test_bad_last_event_ids_are_refused_clearly(client: TestClient, value:
         assert response.status == 400 and "since_index" in (await response.json())["error"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", ["1\x00", "1\r\n2", "1\n", "\x00"])
 async def test_control_characters_in_a_resume_id_are_refused(client: TestClient, value: str) -> None:
     session_id, _ = await finished_session(client, {})
@@ -116,6 +118,7 @@ async def raw_request(client: TestClient, head: bytes) -> tuple[int, bytes]:
     return status, data
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", [b"1\x00", b"1\r2", b"\x001"])
 async def test_control_characters_in_the_header_never_reach_a_replay(
     client: TestClient, value: bytes
@@ -132,6 +135,7 @@ async def test_control_characters_in_the_header_never_reach_a_replay(
     assert b"text/event-stream" not in data
 
 
+@pytest.mark.slow
 async def test_websocket_resume_ids_are_validated(client: TestClient) -> None:
     session_id, last = await finished_session(client, {})
     async with client.ws_connect("/ws") as ws:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from aiohttp.test_utils import TestClient
 
 from tests.conftest import sse_events
@@ -31,6 +32,7 @@ async def test_ticks_come_on_schedule_with_ids_and_an_end(client: TestClient) ->
         assert 0 <= arrived - event["data"]["ts"] < 5
 
 
+@pytest.mark.slow
 async def test_bad_parameters_are_400(client: TestClient) -> None:
     for query in ("ticks=0", "ticks=x", "ticks=100000", "interval_ms=-1", "interval_ms=999999999"):
         async with client.get(f"/selftest/stream?{query}") as response:

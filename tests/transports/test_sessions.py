@@ -11,14 +11,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from tests.conftest import SESSION_ROUTES, SUITE_REDIS_URL, ClientFactory, services_of, sse_events
-
-
-async def new_session(client: TestClient) -> str:
-    async with client.post("/sessions", json={}) as response:
-        assert response.status == 201
-        body = await response.json()
-    assert body["status"] == "idle"
-    return body["id"]
+from tests.support.sessions import new_session
 
 
 async def send(client: TestClient, session_id: str, content: str, status: int = 202) -> dict[str, Any]:
@@ -109,6 +102,7 @@ async def test_bad_input_on_session_routes(client: TestClient) -> None:
         assert response.status == 400
 
 
+@pytest.mark.slow
 async def test_three_subscribers_and_a_poller_see_the_same_events(make_client: ClientFactory) -> None:
     client = await make_client(merge_deltas_after=10_000)
     session_id = await new_session(client)
@@ -195,6 +189,7 @@ async def test_wire_format_and_headers(client: TestClient) -> None:
     )
 
 
+@pytest.mark.slow
 async def test_reconnect_after_done_gets_204_so_eventsource_stops(client: TestClient) -> None:
     session_id = await new_session(client)
     await send(client, session_id, "hi [emu:tokens=2]")
@@ -277,6 +272,7 @@ async def test_heartbeats_carry_the_last_id_and_status(make_client: ClientFactor
     assert rest[-1]["data"]["type"] == "done" and rest[-1]["data"]["cancelled"] is True
 
 
+@pytest.mark.slow
 async def test_cancel_is_seen_by_every_subscriber(client: TestClient) -> None:
     session_id = await new_session(client)
     await send(client, session_id, "What is the square root of 144? [emu:tokens=500] [emu:tps=50]")
@@ -351,6 +347,7 @@ async def test_a_lagging_reader_gets_merged_text_deltas(make_client: ClientFacto
     assert len(events) < len(every)
 
 
+@pytest.mark.slow
 async def test_a_stalled_reader_does_not_hold_up_the_run(make_client: ClientFactory) -> None:
     client = await make_client(session_events_max_bytes=600_000)
     session_id = await new_session(client)
@@ -404,6 +401,7 @@ async def test_session_cap_and_idle_time_to_live(make_client: ClientFactory) -> 
     await new_session(client)
 
 
+@pytest.mark.slow
 async def test_running_sessions_do_not_expire(make_client: ClientFactory) -> None:
     client = await make_client(session_ttl_s=60)
     session_id = await new_session(client)
@@ -508,6 +506,7 @@ async def test_an_sse_client_that_stops_reading_is_dropped_after_the_send_timeou
     sock.close()
 
 
+@pytest.mark.slow
 async def test_a_query_cancelled_mid_answer_reports_what_it_used(client: TestClient) -> None:
     # The model reports a turn's usage only at its end; a cancel mid-answer still used (and is
     # billed for) the whole request and the tokens generated so far.
@@ -543,6 +542,7 @@ class ManualStamp:
         return self.now
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "before",
     [

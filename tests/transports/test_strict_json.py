@@ -26,9 +26,10 @@ from service.providers.blocks import as_int
 from service.transports import dialects
 from service.transports.inputs import holds_nul
 from tests.conftest import ClientFactory, services_of, sse_blocks
+from tests.support.sessions import new_session
 from tests.transports.test_approvals import approving, requests_of  # noqa: F401 (a fixture)
 from tests.transports.test_fuzz import any_text, contains_surrogate
-from tests.transports.test_sessions import new_session, send
+from tests.transports.test_sessions import send
 
 NAN_INPUT = b'{"approved": true, "input": {"expression": "1+1", "x": NaN}}'
 WAIT_S = 10.0
@@ -81,6 +82,7 @@ def assert_no_traceback(caplog: pytest.LogCaptureFixture) -> None:
 # -- the edges -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "raw",
     [
@@ -145,6 +147,7 @@ async def test_a_websocket_approve_with_nan_gets_an_error_frame_and_the_socket_s
     assert_no_traceback(caplog)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("path", "raw"),
     [
@@ -186,6 +189,7 @@ async def test_a_body_with_nan_is_a_clear_4xx(
     assert_no_traceback(caplog)
 
 
+@pytest.mark.slow
 async def test_an_mcp_message_with_nan_is_a_parse_error(
     client: TestClient, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -201,6 +205,7 @@ async def test_an_mcp_message_with_nan_is_a_parse_error(
     assert_no_traceback(caplog)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("provider", ["bedrock", "openai"])
 @pytest.mark.parametrize("bad", ["NaN", "-Infinity", "1e400"])
 async def test_a_model_tool_input_with_nan_is_a_tool_error_and_the_run_ends_once(
@@ -293,6 +298,7 @@ async def recorded(make_client: ClientFactory, database_url: str) -> TestClient:
 # Twenty-two queries on a database under one test: seconds on an idle machine, but pytest's
 # 60 s for the whole test is not room enough on a busy one.
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 @settings(
     max_examples=20,
     deadline=None,

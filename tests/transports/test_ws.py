@@ -16,11 +16,7 @@ from aiohttp.test_utils import TestClient
 
 from service.core.events import TextDelta
 from tests.conftest import ClientFactory, services_of, sse_events
-
-
-async def new_session(client: TestClient) -> str:
-    async with client.post("/sessions", json={}) as response:
-        return (await response.json())["id"]
+from tests.support.sessions import new_session
 
 
 async def receive(ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
@@ -75,6 +71,7 @@ async def test_ping_subscribe_message_and_events(client: TestClient) -> None:
         assert second[0]["id"] == events[-1]["id"] + 1
 
 
+@pytest.mark.slow
 async def test_parity_between_sse_and_websocket(make_client: ClientFactory) -> None:
     client = await make_client(merge_deltas_after=100_000)
     session_id = await new_session(client)
@@ -235,6 +232,7 @@ def _server_frames(data: bytes) -> tuple[list[tuple[int, bytes]], bytes]:
     return frames, data[offset:]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)  # 40,000 events through Redis in the suite's Redis pass take a while
 async def test_a_client_that_never_reads_is_closed_and_resumes_with_nothing_lost(
     make_client: ClientFactory,
@@ -320,6 +318,7 @@ async def test_shutdown_closes_sockets_with_1001_after_runs_end(client: TestClie
     assert errors and errors[-1]["code"] == "shutdown"
 
 
+@pytest.mark.slow
 async def test_idle_socket_without_subscriptions_is_closed(make_client: ClientFactory) -> None:
     client = await make_client(ws_idle_timeout_s=0.2)
     session_id = await new_session(client)
@@ -336,6 +335,7 @@ async def test_idle_socket_without_subscriptions_is_closed(make_client: ClientFa
         assert frames[-1]["type"] == "done"
 
 
+@pytest.mark.slow
 async def test_a_run_refused_as_overloaded_announces_no_subscription(make_client: ClientFactory) -> None:
     client = await make_client(max_concurrent_runs=1)
     sessions = services_of(client).sessions
