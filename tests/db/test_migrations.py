@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import sqlalchemy as sa
 
 from service.db import migrate
@@ -110,6 +111,7 @@ async def test_the_service_migrates_a_first_revision_database_at_start(
         await engine.dispose()
 
 
+@pytest.mark.slow
 def test_agentstream_db_upgrade_migrates_and_says_so(tmp_path: object) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path}/ops/agentstream.db"
     command = [sys.executable, "-m", "service", "db", "upgrade"]

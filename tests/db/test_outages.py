@@ -40,6 +40,7 @@ def own_postgres() -> Iterator[PostgresServer]:
         server.stop()
 
 
+@pytest.mark.slow
 async def test_a_database_that_is_down_is_named_in_the_503_not_redis(
     make_client: ClientFactory, own_postgres: PostgresServer
 ) -> None:
@@ -104,6 +105,7 @@ async def request(client: TestClient, method: str, path: str, **options: Any) ->
         return response.status, await response.json()
 
 
+@pytest.mark.slow
 async def test_a_stalled_database_gets_503s_in_time_and_loses_nothing_completed(
     make_client: ClientFactory, own_postgres: PostgresServer, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from service.db import migrate
 from tests.support.instances import ServiceFactory
@@ -21,6 +22,7 @@ def running_upgrade(line: str) -> bool:
     return "Running upgrade" in line  # Alembic's line for each migration it applies
 
 
+@pytest.mark.slow
 async def test_workers_on_a_fresh_data_dir_migrate_once_before_they_start(
     service_process: ServiceFactory, redis_url: str, redis_prefix: str, tmp_path: Path
 ) -> None:
