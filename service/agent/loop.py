@@ -27,17 +27,16 @@ import math
 import random
 from collections.abc import AsyncIterator, Callable, Collection
 from contextlib import aclosing
-from dataclasses import dataclass, field
 from typing import Any
 
 from service.agent.context import ContextWindow, Window
+from service.agent.query import Query, Turn, close_conversation
 from service.agent.tools import ToolExecutor, ToolOutcome
 from service.core.approvals import Approver, Decision
 from service.core.events import (
     ContextTrimmed,
     Event,
     PlanCreated,
-    RunDone,
     RunError,
     Sink,
     StepCompleted,
@@ -46,7 +45,6 @@ from service.core.events import (
     ToolExecuting,
     ToolResult,
     ToolUse,
-    TurnCompleted,
     Usage,
 )
 from service.core.options import RunOptions
@@ -61,18 +59,8 @@ PLANNING_PROMPT = (
 )
 
 
-@dataclass
-class _Turn:
-    """How one model turn ended: a result, or a provider error; and the text the client saw of it."""
-
-    seen: list[str] = field(default_factory=list)
-    result: TurnResult | None = None
-    error: ProviderError | None = None
-
-
 class AgentLoop:
     """Runs one query against a model with tools, yielding events that end with done or error."""
-
 
     def __init__(
         self,
@@ -123,167 +111,148 @@ class AgentLoop:
         if self.provider is None:
             raise RuntimeError("the agent loop has no model provider yet")
         provider = self.provider
-        options = options or RunOptions()
-        client_names = options.client_tool_names
-        system = "\n\n".join(part for part in (self.system_prompt, options.system) if part)
-        max_tokens = min(self.max_tokens, options.max_tokens or self.max_tokens)
-        if not options.resume:
-            messages.append({"role": "user", "content": [{"text": user_text}]})
-        total = Usage()
-        tool_calls: list[ToolCall] = []
+        query = self._query(messages, user_text, options or RunOptions())
         if self.planning:
-            plan = _Turn()
-            request = ModelRequest(
-                messages=messages, system=PLANNING_PROMPT, max_tokens=min(max_tokens, 1024)
-            )
-            async for event in self._stream_turn(provider, request, 0, plan, emit=False):
+            async for event in self._plan(provider, query):
                 yield event
-            if plan.error is not None:
-                yield RunError(error=str(plan.error), code=plan.error.code, recoverable=plan.error.retryable)
+            if query.over:
                 return
-            assert plan.result is not None
-            total = total + plan.result.usage
-            yield PlanCreated(plan=plan.result.text, usage=plan.result.usage)
-        offset = 1 if self.planning else 0  # the plan is step 1 when there is one
-        turn = 0
-        dropped = 0
         while True:
-            if turn >= max_turns:
-                yield RunDone(
-                    turns=turn,
-                    final_step=turn + offset + 1,
-                    tool_calls=tool_calls,
-                    usage=total,
-                    stop_reason="max_turns",
-                    max_turns_reached=True,
-                )
+            if query.turn >= max_turns:
+                yield query.done(stop_reason="max_turns", max_turns_reached=True)
                 return
-            turn += 1
-            own = (spec for spec in self.tools.specs() if spec["name"] not in client_names)
-            tool_specs = (*own, *options.client_tools)
-            window = self.context.fit(messages, system, tool_specs)
-            if window.dropped != dropped:
-                dropped = window.dropped
-                yield ContextTrimmed(
-                    turn=turn,
-                    dropped_messages=window.dropped,
-                    kept_messages=len(messages) - window.dropped,
-                    estimated_tokens=window.estimated_tokens,
-                    max_tokens=self.context.max_tokens,
-                )
-            request = ModelRequest(
-                messages=messages[window.dropped :] if window.dropped else messages,
-                system=system,
-                tool_specs=tool_specs,
-                max_tokens=max_tokens,
-            )
-            current = _Turn()
+            query.turn += 1
+            window, request, trimmed = self._request(query)
+            if trimmed is not None:
+                yield trimmed
+            current = Turn()
+            # The model's stream is read here, not in a generator of its own: on a store that
+            # takes no sink every token passes through, and each generator between costs it.
             try:
-                async for event in self._stream_turn(provider, request, turn, current, sink=sink):
+                async for event in self._stream_turn(provider, request, query.turn, current, sink=sink):
                     yield event
             except BaseException as stopped:
-                _close_conversation(messages, current)
+                close_conversation(messages, current)
                 if charge is not None and isinstance(stopped, asyncio.CancelledError):
                     charge(self._cut_short(window, current))
                 raise
             if current.error is not None:
-                _close_conversation(messages, current)
-                partial = "".join(current.seen)
-                yield StepCompleted(
-                    turn=turn, step_number=turn + offset, text=partial, error=str(current.error)
-                )
-                yield RunError(
-                    error=str(current.error),
-                    code=current.error.code,
-                    turns=turn,
-                    recoverable=current.error.retryable,
-                    usage=total,
-                )
+                close_conversation(messages, current)
+                for event in query.failed(current, current.error):
+                    yield event
                 return
             result = current.result
             assert result is not None
             self.context.learn(window, result.usage.input_tokens)
-            total = total + result.usage
-            yield TurnCompleted(
-                turn=turn,
-                stop_reason=result.stop_reason,
-                usage=result.usage,
-                total_usage=total,
-                latency_ms=result.latency_ms,
-            )
-            if result.stop_reason == "tool_use" and any(use.tool in client_names for use in result.tool_uses):
-                handed = [use for use in result.tool_uses if use.tool in client_names]
-                messages.append(_handed_back(result, client_names))
-                yield StepCompleted(
-                    turn=turn,
-                    step_number=turn + offset,
-                    text=result.text,
-                    tool_calls=[
-                        ToolCall(tool=use.tool, input=use.input, tool_use_id=use.tool_use_id)
-                        for use in handed
-                    ],
-                    usage=result.usage,
-                )
-                yield RunDone(
-                    turns=turn,
-                    output=result.text,
-                    final_step=turn + offset + 1,
-                    tool_calls=tool_calls,
-                    usage=total,
-                    stop_reason="tool_use",
-                )
+            yield query.completed(result)
+            if result.stop_reason == "tool_use" and any(
+                use.tool in query.client_names for use in result.tool_uses
+            ):
+                for event in query.handed_back(result):
+                    yield event
                 return
             if result.stop_reason == "tool_use" and result.tool_uses:
-                outcomes: dict[str, ToolOutcome] = {}
-                try:
-                    async for event in self._run_tools(result, turn, outcomes, approve):
-                        yield event
-                except BaseException:
-                    _close_conversation(messages, current)
-                    raise
-                messages.append(result.message)
-                messages.append(
-                    {
-                        "role": "user",
-                        "content": [
-                            _tool_result_block(outcomes[use.tool_use_id]) for use in result.tool_uses
-                        ],
-                    }
-                )
-                calls = [
-                    ToolCall(
-                        tool=use.tool,
-                        input=outcomes[use.tool_use_id].input,
-                        tool_use_id=use.tool_use_id,
-                        is_error=outcomes[use.tool_use_id].is_error,
-                        result=outcomes[use.tool_use_id].result,
-                    )
-                    for use in result.tool_uses
-                ]
-                tool_calls.extend(calls)
-                yield StepCompleted(
-                    turn=turn,
-                    step_number=turn + offset,
-                    text=result.text,
-                    tool_calls=calls,
-                    observations=[call.result or "" for call in calls],
-                    usage=result.usage,
-                )
+                async for event in self._tool_step(query, current, result, approve):
+                    yield event
                 continue
-            messages.append(_assistant_message(result))
-            yield StepCompleted(turn=turn, step_number=turn + offset, text=result.text, usage=result.usage)
-            yield RunDone(
-                turns=turn,
-                output=result.text,
-                final_step=turn + offset + 1,
-                tool_calls=tool_calls,
-                usage=total,
-                stop_reason=result.stop_reason,
-                truncated=result.stop_reason == "max_tokens",
-            )
+            for event in query.answered(result):
+                yield event
             return
 
-    def _cut_short(self, window: Window, turn: _Turn) -> Usage:
+    def _query(self, messages: list[dict[str, Any]], user_text: str, options: RunOptions) -> Query:
+        """A query's state before its first turn, the user's text appended to the conversation."""
+        if not options.resume:
+            messages.append({"role": "user", "content": [{"text": user_text}]})
+        return Query(
+            messages=messages,
+            options=options,
+            system="\n\n".join(part for part in (self.system_prompt, options.system) if part),
+            max_tokens=min(self.max_tokens, options.max_tokens or self.max_tokens),
+            offset=1 if self.planning else 0,  # the plan is step 1 when there is one
+        )
+
+    async def _plan(self, provider: ModelProvider, query: Query) -> AsyncIterator[Event]:
+        """The planning turn: its plan, or the error that ends the query (``query.over``)."""
+        plan = Turn()
+        request = ModelRequest(
+            messages=query.messages, system=PLANNING_PROMPT, max_tokens=min(query.max_tokens, 1024)
+        )
+        async for event in self._stream_turn(provider, request, 0, plan, emit=False):
+            yield event
+        if plan.error is not None:
+            query.over = True
+            yield RunError(error=str(plan.error), code=plan.error.code, recoverable=plan.error.retryable)
+            return
+        assert plan.result is not None
+        query.total = query.total + plan.result.usage
+        yield PlanCreated(plan=plan.result.text, usage=plan.result.usage)
+
+    def _request(self, query: Query) -> tuple[Window, ModelRequest, ContextTrimmed | None]:
+        """The next model request: the tools on offer (a client's tool hides an own tool of its
+        name) and the window of the conversation that fits, with a notice when the window moved."""
+        client_names = query.client_names
+        own = (spec for spec in self.tools.specs() if spec["name"] not in client_names)
+        tool_specs = (*own, *query.options.client_tools)
+        messages = query.messages
+        window = self.context.fit(messages, query.system, tool_specs)
+        trimmed = None
+        if window.dropped != query.dropped:
+            query.dropped = window.dropped
+            trimmed = ContextTrimmed(
+                turn=query.turn,
+                dropped_messages=window.dropped,
+                kept_messages=len(messages) - window.dropped,
+                estimated_tokens=window.estimated_tokens,
+                max_tokens=self.context.max_tokens,
+            )
+        request = ModelRequest(
+            messages=messages[window.dropped :] if window.dropped else messages,
+            system=query.system,
+            tool_specs=tool_specs,
+            max_tokens=query.max_tokens,
+        )
+        return window, request, trimmed
+
+    async def _tool_step(
+        self, query: Query, current: Turn, result: TurnResult, approve: Approver | None
+    ) -> AsyncIterator[Event]:
+        """Run the turn's tool calls (approved where they need it) and put their results in the
+        conversation for the next turn."""
+        outcomes: dict[str, ToolOutcome] = {}
+        try:
+            async for event in self._run_tools(result, query.turn, outcomes, approve):
+                yield event
+        except BaseException:
+            close_conversation(query.messages, current)
+            raise
+        query.messages.append(result.message)
+        query.messages.append(
+            {
+                "role": "user",
+                "content": [_tool_result_block(outcomes[use.tool_use_id]) for use in result.tool_uses],
+            }
+        )
+        calls = [
+            ToolCall(
+                tool=use.tool,
+                input=outcomes[use.tool_use_id].input,
+                tool_use_id=use.tool_use_id,
+                is_error=outcomes[use.tool_use_id].is_error,
+                result=outcomes[use.tool_use_id].result,
+            )
+            for use in result.tool_uses
+        ]
+        query.tool_calls.extend(calls)
+        yield StepCompleted(
+            turn=query.turn,
+            step_number=query.step,
+            text=result.text,
+            tool_calls=calls,
+            observations=[call.result or "" for call in calls],
+            usage=result.usage,
+        )
+
+    def _cut_short(self, window: Window, turn: Turn) -> Usage:
         """The usage of a model turn cancelled before its end, as Bedrock bills one: the whole
         request's input and the output generated so far. The model reports usage only at a
         stream's end, so both are estimated at the rate the context window has learned."""
@@ -307,7 +276,7 @@ class AgentLoop:
         provider: ModelProvider,
         request: ModelRequest,
         turn: int,
-        into: _Turn,
+        into: Turn,
         *,
         emit: bool = True,
         sink: Sink | None = None,
@@ -450,29 +419,3 @@ def _tool_result_block(outcome: ToolOutcome) -> dict[str, Any]:
     if outcome.is_error:
         block["status"] = "error"
     return {"toolResult": block}
-
-
-def _assistant_message(result: TurnResult) -> dict[str, Any]:
-    content = [block for block in result.message.get("content", []) if "toolUse" not in block]
-    if not content:
-        # Bedrock wants every assistant message to hold something.
-        content = [{"text": result.text or "(no answer)"}]
-    return {"role": "assistant", "content": content}
-
-
-def _handed_back(result: TurnResult, client_names: frozenset[str]) -> dict[str, Any]:
-    """The assistant message of a turn that called client tools: its calls to them (the client
-    answers them next), without its calls to the agent's own tools, which were not run."""
-    content = [
-        block
-        for block in result.message.get("content", [])
-        if "toolUse" not in block or block["toolUse"].get("name") in client_names
-    ]
-    return {"role": "assistant", "content": content}
-
-
-def _close_conversation(messages: list[dict[str, Any]], turn: _Turn) -> None:
-    """After a failed or cancelled turn, keep what the user saw of the answer, if anything."""
-    text = "".join(turn.seen)
-    if text.strip():
-        messages.append({"role": "assistant", "content": [{"text": text}]})
