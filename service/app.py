@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -206,15 +206,8 @@ def _track_state(services: Services) -> None:
         )
 
 
-def create_app(
-    settings: Settings | None = None,
-    *,
-    tools: Iterable[Tool] = (),
-    provider: ModelProvider | None = None,
-) -> web.Application:
-    """Build the application; ``tools`` are offered beside the built-in ones."""
-    settings = settings or load_settings()
-    quiet_malformed_requests()
+def _make_tools(settings: Settings, tools: Iterable[Tool]) -> ToolExecutor:
+    """The built-in tools, the AWS ones and the caller's, behind one executor."""
     from service.agent.aws_tools import aws_tools
 
     builtins = builtin_tools(
@@ -222,24 +215,16 @@ def create_app(
         calculator_memory_mb=settings.calculator_memory_mb,
         calculator_workers=settings.calculator_workers,
     )
-    executor = ToolExecutor(
+    return ToolExecutor(
         [*builtins, *aws_tools(), *tools],
         timeout=settings.tool_timeout_s,
         max_result_chars=settings.tool_max_output_chars,
     )
-    # The provider is made at start-up (the embedded emulator must be listening first).
-    agent = AgentLoop(
-        provider,
-        executor,
-        system_prompt=settings.system_prompt,
-        max_tokens=settings.max_tokens,
-        throttle_retries=settings.throttle_retries,
-        backoff_s=settings.throttle_backoff_s,
-        backoff_max_s=settings.throttle_backoff_max_s,
-        planning=settings.steps_planning,
-        require_approval=settings.tools_require_approval,
-        context_max_tokens=settings.context_limit(),
-    )
+
+
+def _make_stores(settings: Settings) -> tuple[Any, SessionStore, Any]:
+    """Where sessions live: ``(backend, sessions, records)``. In memory, or on Redis when
+    ``AGENT_REDIS_URL`` is set; behind the session database when one is configured."""
 
     def memory_store() -> MemorySessionStore:
         return MemorySessionStore(
@@ -272,6 +257,29 @@ def create_app(
             retention_days=settings.session_retention_days,
             wait_s=settings.database_deadline_s,
         )
+    return backend, sessions, records
+
+
+def make_services(
+    settings: Settings, tools: Iterable[Tool] = (), provider: ModelProvider | None = None
+) -> Services:
+    """Every object the app wires, made but not started: the tools, the agent, the stores, the
+    metrics, the quotas and the run manager, with the gauges and health probes registered."""
+    executor = _make_tools(settings, tools)
+    # The provider is made at start-up (the embedded emulator must be listening first).
+    agent = AgentLoop(
+        provider,
+        executor,
+        system_prompt=settings.system_prompt,
+        max_tokens=settings.max_tokens,
+        throttle_retries=settings.throttle_retries,
+        backoff_s=settings.throttle_backoff_s,
+        backoff_max_s=settings.throttle_backoff_max_s,
+        planning=settings.steps_planning,
+        require_approval=settings.tools_require_approval,
+        context_max_tokens=settings.context_limit(),
+    )
+    backend, sessions, records = _make_stores(settings)
     metrics = Metrics()
     quotas: Quotas = Quotas.from_settings(settings)
     if backend is not None and settings.api_keys:
@@ -301,48 +309,59 @@ def create_app(
         tool_schema=lambda name: getattr(executor.current().get(name), "input_schema", None),
     )
     _track_state(services)
-
-    app = web.Application(
-        client_max_size=settings.max_request_bytes,
-        middlewares=[
-            admission_middleware,
-            error_middleware,
-            auth.access_middleware,
-            quota_middleware,
-        ],
-    )
-    app[REQUEST_ADMISSION] = Admission(PER_TURN)
-    app[SERVICES] = services
-    app[CONTEXT] = services
     services.health["store"] = _store_probe(services)
     if records is not None:
         services.health["database"] = _database_probe(records)
-    app[QUOTAS] = quotas
+    return services
+
+
+async def _start_provider(
+    services: Services, settings: Settings, provider: ModelProvider | None
+) -> tuple[ModelProvider, Any]:
+    """The provider given, or the one the settings ask for, started: ``(provider, emulator)``.
+    The embedded emulator, when asked for, is started first: the provider is made on its URL."""
+    emulator = None
+    made = provider
+    if made is None:
+        if settings.provider == "emulator" or (
+            settings.provider == "openai" and settings.openai_base_url == "emulator"
+        ):
+            from service.emulator import EmbeddedEmulator, EmulatorConfig
+
+            emulator = EmbeddedEmulator(
+                EmulatorConfig(
+                    ttft_ms=settings.emulator_ttft_ms,
+                    tokens_per_second=settings.emulator_tokens_per_second,
+                    context_tokens=settings.emulator_context_tokens,
+                )
+            ).start()
+            services.emulator = emulator
+        made = make_provider(settings, emulator.url if emulator else None)
+        start = getattr(made, "start", None)
+        if start is not None:
+            # Made before serving: a client loads its service model from disk, blocking work
+            # that would otherwise stall the loop under the first requests (measured:
+            # docs/benchmarks.md, section Bedrock intake).
+            await start()
+    return made, emulator
+
+
+def _resources(
+    services: Services, settings: Settings, provider: ModelProvider | None
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    """The ``cleanup_ctx`` generator owning every background resource: started in dependency
+    order before serving, stopped in reverse after. The stores are the ones made with the
+    services (taken here, as ``create_app`` always has, not re-read from ``services`` later)."""
+    agent, executor = services.agent, services.tools
+    sessions, records, backend, quotas = (
+        services.sessions,
+        services.records,
+        services.backend,
+        services.quotas,
+    )
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
-        emulator = None
-        made = provider
-        if made is None:
-            if settings.provider == "emulator" or (
-                settings.provider == "openai" and settings.openai_base_url == "emulator"
-            ):
-                from service.emulator import EmbeddedEmulator, EmulatorConfig
-
-                emulator = EmbeddedEmulator(
-                    EmulatorConfig(
-                        ttft_ms=settings.emulator_ttft_ms,
-                        tokens_per_second=settings.emulator_tokens_per_second,
-                        context_tokens=settings.emulator_context_tokens,
-                    )
-                ).start()
-                services.emulator = emulator
-            made = make_provider(settings, emulator.url if emulator else None)
-            start = getattr(made, "start", None)
-            if start is not None:
-                # Made before serving: a client loads its service model from disk, blocking work
-                # that would otherwise stall the loop under the first requests (measured:
-                # docs/benchmarks.md, section Bedrock intake).
-                await start()
+        made, emulator = await _start_provider(services, settings, provider)
         services.provider = made
         agent.provider = made
         services.monitor.start()
@@ -396,12 +415,11 @@ def create_app(
             if emulator is not None:
                 emulator.stop()
 
-    async def on_shutdown(app: web.Application) -> None:
-        # Every run writes its terminal event, so each open stream sends it and closes.
-        await services.runs.shutdown()
+    return resources
 
-    app.cleanup_ctx.append(resources)
-    app.on_shutdown.append(on_shutdown)
+
+def add_routes(app: web.Application, settings: Settings) -> None:
+    """Every route, in one place. The order is the registration order aiohttp matches in."""
     auth.setup(app, settings)
     http.add_routes(app)
     session_routes.add_routes(app)
@@ -413,4 +431,38 @@ def create_app(
     openai_chat.add_routes(app)
     web_client.add_routes(app)
     openapi.add_routes(app)
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    tools: Iterable[Tool] = (),
+    provider: ModelProvider | None = None,
+) -> web.Application:
+    """Build the application; ``tools`` are offered beside the built-in ones."""
+    settings = settings or load_settings()
+    quiet_malformed_requests()
+    services = make_services(settings, tools, provider)
+
+    app = web.Application(
+        client_max_size=settings.max_request_bytes,
+        middlewares=[
+            admission_middleware,
+            error_middleware,
+            auth.access_middleware,
+            quota_middleware,
+        ],
+    )
+    app[REQUEST_ADMISSION] = Admission(PER_TURN)
+    app[SERVICES] = services
+    app[CONTEXT] = services
+    app[QUOTAS] = services.quotas
+
+    async def on_shutdown(app: web.Application) -> None:
+        # Every run writes its terminal event, so each open stream sends it and closes.
+        await services.runs.shutdown()
+
+    app.cleanup_ctx.append(_resources(services, settings, provider))
+    app.on_shutdown.append(on_shutdown)
+    add_routes(app, settings)
     return app
