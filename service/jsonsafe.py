@@ -17,6 +17,7 @@ reason (:func:`dumps`).
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 from typing import Any
@@ -108,13 +109,30 @@ def finite(value: Any) -> bool:
     return True
 
 
-_ENCODER = json.JSONEncoder(allow_nan=False)
+def _default(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode("ascii")
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+# The one encoder of everything the service writes (every wire, the database, Redis): compact,
+# UTF-8, bytes (redacted reasoning) as base64. json.dumps with options would build one per call.
+# Strict: a NaN or infinity raises rather than going out as ``NaN``, which no browser's
+# JSON.parse reads; the edges refuse them, so one here is a bug.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=_default, allow_nan=False)
+# A string as JSON, as dumps writes it (ensure_ascii=False): for writers that put JSON together
+# from parts.
+quote = json.encoder.encode_basestring
 
 
 def dumps(value: Any) -> str:
-    """``json.dumps(value)``, but strict: a NaN or infinite float raises ``ValueError`` rather
-    than being written as ``NaN`` or ``Infinity``, which strict parsers refuse."""
+    """``value`` as compact strict JSON; ``ValueError`` on a NaN or an infinity."""
     return _ENCODER.encode(value)
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with bytes turned to base64 text, so it can go into a JSON reply."""
+    return json.loads(dumps(value))
 
 
 def too_deep(value: Any, max_depth: int = MAX_DEPTH) -> bool:

@@ -266,7 +266,6 @@ class BedrockProvider:
                     self._client = client
         return self._client
 
-
     def stream(
         self, request: ModelRequest, turn: int = 1, sink: Sink | None = None
     ) -> AsyncGenerator[Event | TurnResult, None]:

@@ -293,7 +293,6 @@ class OpenAIProvider:
             )
         return self._session
 
-
     def stream(
         self, request: ModelRequest, turn: int = 1, sink: Sink | None = None
     ) -> AsyncGenerator[Event | TurnResult, None]:

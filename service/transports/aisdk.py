@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from service import jsonsafe
 from service.core.events import (
     Event,
     ReasoningDelta,
@@ -339,8 +340,8 @@ def blocks(stream: UIMessageStream, entry: LogEntry) -> str:
             return cached[1]
         block = (
             f'id: {entry.id}{dialects.SSE_SEP}data: {{"type":"text-delta","id":"{stream.text_id}",'
-            f'"delta":{dialects.quote(event.text)}}}{dialects.SSE_SEP}{dialects.SSE_SEP}'
+            f'"delta":{jsonsafe.quote(event.text)}}}{dialects.SSE_SEP}{dialects.SSE_SEP}'
         )
         entry.encoded["aisdk"] = (stream.text_id, block)
         return block
-    return "".join(dialects.sse_block(dialects.dumps(part), id=entry.id) for part in stream.parts(entry))
+    return "".join(dialects.sse_block(jsonsafe.dumps(part), id=entry.id) for part in stream.parts(entry))

@@ -18,6 +18,7 @@ import jsonschema
 from aiohttp import web
 from pydantic import ValidationError
 
+from service import jsonsafe
 from service.core.events import ToolApprovalResponse
 from service.core.sessions import APPROVED, CLOSED, EXPIRED, PENDING, Session
 from service.errors import (
@@ -146,7 +147,7 @@ async def post_approval(request: web.Request) -> web.Response:
         reply = await answer(context, session, request.match_info["approval_id"], body, "http")
     except ApprovalError as exc:
         raise json_error(exc.status, str(exc)) from None
-    return web.json_response(reply, dumps=dialects.dumps)
+    return web.json_response(reply, dumps=jsonsafe.dumps)
 
 
 def add_routes(app: web.Application) -> None:

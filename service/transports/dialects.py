@@ -7,10 +7,8 @@ dict of its type in :mod:`service.transports.payloads`, which ``GET /openapi.jso
 
 from __future__ import annotations
 
-import base64
 import json
 from datetime import UTC, datetime
-from typing import Any
 
 from service.core.events import (
     ContextTrimmed,
@@ -35,6 +33,7 @@ from service.core.events import (
     Usage,
 )
 from service.core.log import LogEntry
+from service.jsonsafe import dumps, quote
 from service.transports import payloads
 
 
@@ -369,27 +368,5 @@ def session_payload(entry: LogEntry) -> payloads.SessionPayload:
     return payload
 
 
-def _default(value: Any) -> Any:
-    if isinstance(value, bytes | bytearray):
-        return base64.b64encode(value).decode("ascii")
-    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
-
-
-# One encoder for every payload: json.dumps with options would build one per call. Strict
-# (allow_nan=False): a NaN or infinity raises rather than going out as ``NaN``, which no
-# browser's JSON.parse reads; the edges refuse them (service.jsonsafe), so one here is a bug.
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=_default, allow_nan=False)
-# A string as JSON, as _ENCODER writes it (ensure_ascii=False).
-_string = json.encoder.encode_basestring
-quote = _string  # the same, for the dialects that live in modules of their own
-
-
-def dumps(payload: Any) -> str:
-    """Compact strict JSON, with bytes (redacted reasoning) as base64; ValueError on a NaN or
-    an infinity."""
-    return _ENCODER.encode(payload)
-
-
-def jsonable(value: Any) -> Any:
-    """``value`` with bytes turned to base64 text, so it can go into a JSON reply."""
-    return json.loads(dumps(value))
+# The service's one JSON codec is service.jsonsafe; a string's JSON as it writes one.
+_string = quote

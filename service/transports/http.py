@@ -9,6 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
+from service import jsonsafe
 from service.core.events import Event, RunDone, RunError, TextDelta
 from service.core.sessions import Session
 from service.transports import dialects
@@ -35,7 +36,7 @@ async def agent_run(request: web.Request) -> web.Response:
     if isinstance(terminal, RunDone):
         reply = dialects.agent(terminal) or {}
         reply.pop("type", None)
-        return web.json_response({"response": text, **reply}, dumps=dialects.dumps)
+        return web.json_response({"response": text, **reply}, dumps=jsonsafe.dumps)
     error = terminal if isinstance(terminal, RunError) else RunError(error="the run ended without a result")
     return error_response(
         503,

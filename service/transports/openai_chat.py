@@ -29,6 +29,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
+from service import jsonsafe
 from service.core.events import RunError
 from service.core.sessions import Session
 from service.transports import dialects
@@ -71,7 +72,7 @@ def chat_error(
     """An error in OpenAI's shape, to raise from a handler (it passes the service's error
     middleware as it is: a JSON error)."""
     cls = _STATUS_CLASSES.get(status, web.HTTPBadRequest)
-    return cls(text=dialects.dumps(error_body(status, message, code, param)), content_type="application/json")
+    return cls(text=jsonsafe.dumps(error_body(status, message, code, param)), content_type="application/json")
 
 
 def _param(loc: tuple[int | str, ...]) -> str:
@@ -165,7 +166,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     if failure is not None:
         status = run_error_status(failure)
         return web.json_response(error_body(status, failure.error, failure.code), status=status)
-    return web.json_response(projection.completion(), dumps=dialects.dumps)
+    return web.json_response(projection.completion(), dumps=jsonsafe.dumps)
 
 
 async def _answer(session: Session, projection: ChatProjection) -> RunError | None:
@@ -191,7 +192,7 @@ async def _stream(
     timeout = context.settings.sse_send_timeout_s
     delivered = context.metrics.delivered("openai")
     async with event_stream(request, context, allow_all_methods=True) as response:
-        await response.write(dialects.sse_block(dialects.dumps(projection.first())).encode())
+        await response.write(dialects.sse_block(jsonsafe.dumps(projection.first())).encode())
         failure: RunError | None = None
         follower = Follower(session.log, 0, stop=Stop.AT_TERMINAL)
         async with follower as batches:
@@ -200,7 +201,7 @@ async def _stream(
                 for entry in batch:
                     chunk = projection.project(entry.event)
                     if chunk is not None:
-                        blocks.append(dialects.sse_block(dialects.dumps(chunk), id=entry.id))
+                        blocks.append(dialects.sse_block(jsonsafe.dumps(chunk), id=entry.id))
                     elif isinstance(entry.event, RunError):
                         failure = entry.event
                 if blocks:
@@ -215,10 +216,10 @@ async def _stream(
             # As OpenAI-compatible servers end a failed stream: an error line, and no [DONE].
             status = run_error_status(failure)
             await response.write(
-                dialects.sse_block(dialects.dumps(error_body(status, failure.error, failure.code))).encode()
+                dialects.sse_block(jsonsafe.dumps(error_body(status, failure.error, failure.code))).encode()
             )
             return response
-        tail = dialects.sse_block(dialects.dumps(projection.usage_chunk())).encode() if include_usage else b""
+        tail = dialects.sse_block(jsonsafe.dumps(projection.usage_chunk())).encode() if include_usage else b""
         await response.write(tail + DONE_BLOCK)
     return response
 
@@ -254,7 +255,7 @@ def _reshaped(status: int, body: Any, headers: Any) -> web.Response:
         # What the service adds (a quota's name, limit and retry_after; purged ids) stays beside.
         reply["error"].update({k: v for k, v in body.items() if k not in {"error", "code"}})  # type: ignore[typeddict-item]
     kept = {k: v for k, v in headers.items() if k.lower() not in {"content-type", "content-length"}}
-    return web.json_response(reply, status=status, headers=kept, dumps=dialects.dumps)
+    return web.json_response(reply, status=status, headers=kept, dumps=jsonsafe.dumps)
 
 
 def add_routes(app: web.Application) -> None:

@@ -34,6 +34,7 @@ from ag_ui.core import RunAgentInput, RunStartedEvent
 from aiohttp import web
 from pydantic import ValidationError
 
+from service import jsonsafe
 from service.core.events import StatusChange, ToolApprovalRequest, is_terminal
 from service.core.log import LogEntry
 from service.core.sessions import WAITING, Session, valid_client_id
@@ -75,10 +76,10 @@ def ai_sdk_wire() -> Wire:
 
     def ended(ending: Ending) -> str:
         parts = stream.ended(ending.as_error())
-        return "".join(dialects.sse_block(dialects.dumps(part)) for part in parts)
+        return "".join(dialects.sse_block(jsonsafe.dumps(part)) for part in parts)
 
     def paused() -> str:
-        return "".join(dialects.sse_block(dialects.dumps(part)) for part in stream.paused())
+        return "".join(dialects.sse_block(jsonsafe.dumps(part)) for part in stream.paused())
 
     return Wire(lambda entry: aisdk.blocks(stream, entry), stream.prime, ended, paused, aisdk.DONE_BLOCK)
 

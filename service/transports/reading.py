@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from service import jsonsafe
 from service.core.sessions import Session
 from service.transports import dialects
 from service.transports.context import Context
@@ -19,7 +20,7 @@ async def purged_body(context: Context, session: Session, after_id: int, oldest_
         "error": f"events after id {after_id} were purged; the oldest kept is {oldest_id}",
         "oldest_id": oldest_id,
         "last_id": await session.log.last_id(),
-        "snapshot": dialects.jsonable(
+        "snapshot": jsonsafe.jsonable(
             {
                 **await context.runs.snapshot(session),
                 "pending_approvals": [dialects.session(request) for request in session.pending_approvals()],
@@ -55,5 +56,5 @@ async def poll(context: Context, session: Session, since: int, limit: int | None
         "purged": since < oldest - 1,
     }
     if body["purged"]:
-        body["snapshot"] = dialects.jsonable(await context.runs.snapshot(session))
+        body["snapshot"] = jsonsafe.jsonable(await context.runs.snapshot(session))
     return body

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from service import jsonsafe
 from service.core.durable import DurableSessionStore
 from service.errors import StoreUnavailable
 from service.transports import approvals, dialects
@@ -59,7 +60,7 @@ async def list_sessions(request: web.Request) -> web.Response:
     except ValueError:
         raise json_error(400, "before must be a next_before cursor from an earlier page") from None
     body = {"sessions": [record.summary() for record in page.sessions], "next_before": page.next_before}
-    return web.json_response(body, dumps=dialects.dumps)
+    return web.json_response(body, dumps=jsonsafe.dumps)
 
 
 async def get_session(request: web.Request) -> web.Response:
@@ -69,7 +70,7 @@ async def get_session(request: web.Request) -> web.Response:
     body = {
         "id": session.id,
         "status": session.status,
-        "messages": dialects.jsonable(session.messages),
+        "messages": jsonsafe.jsonable(session.messages),
         "usage": dialects.usage_dict(session.usage),
         "last_event_id": await session.log.last_id(),
         "pending_approvals": approvals.pending(session),
@@ -81,7 +82,7 @@ async def get_session(request: web.Request) -> web.Response:
             record = None  # what this instance holds still answers, without the record's fields
         if record is not None:
             body.update(title=record.title, created_at=record.created_at, updated_at=record.updated_at)
-    return web.json_response(body, dumps=dialects.dumps)
+    return web.json_response(body, dumps=jsonsafe.dumps)
 
 
 async def rename_session(request: web.Request) -> web.Response:
@@ -131,7 +132,7 @@ async def poll_events(request: web.Request) -> web.Response:
     except IndexAhead as exc:
         raise json_error(400, str(exc)) from None
     context.metrics.delivered("poll").inc(len(body["events"]))
-    return web.json_response(body, dumps=dialects.dumps)
+    return web.json_response(body, dumps=jsonsafe.dumps)
 
 
 def add_routes(app: web.Application) -> None:

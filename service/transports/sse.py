@@ -22,6 +22,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp_sse import EventSourceResponse, sse_response
 
+from service import jsonsafe
 from service.core.events import StatusChange
 from service.core.log import LogEntry
 from service.core.sessions import ACTIVE, Session
@@ -44,7 +45,7 @@ from service.transports.sse_writes import BurstResponse, write_blocks, write_now
 
 NO_BUFFERING = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
-encode = dialects.dumps
+encode = jsonsafe.dumps
 
 
 @contextlib.asynccontextmanager
@@ -148,7 +149,7 @@ async def session_events(request: web.Request) -> web.StreamResponse:
         oldest = await log.first_id()
         if after < oldest - 1:
             return web.json_response(
-                await purged_body(context, session, after, oldest), status=410, dumps=dialects.dumps
+                await purged_body(context, session, after, oldest), status=410, dumps=jsonsafe.dumps
             )
     async with context.stream_slot("sse", owner_of(request)):
         return await _session_stream(request, context, session, after, last, running)

@@ -82,7 +82,7 @@ class Connection:
 
     async def emit_json(self, payload: dict[str, Any]) -> None:
         """Queue a JSON frame made here (acknowledgements, errors, status)."""
-        await self.emit(dialects.dumps(payload))
+        await self.emit(jsonsafe.dumps(payload))
 
     async def _write(self, frames: list[str]) -> bool:
         """Send what is queued under one timer; False once the client is gone or closed."""
@@ -330,7 +330,7 @@ class Connection:
                 after,
                 self.outbox,
                 project,
-                end=lambda ending: [dialects.dumps(_ending_frame(session_id, ending))],
+                end=lambda ending: [jsonsafe.dumps(_ending_frame(session_id, ending))],
                 stop=Stop.AT_TERMINAL if until_done else Stop.NEVER,
                 on_batch=queued,
             )

@@ -165,7 +165,7 @@ async def _answer(request: web.Request, mcp: McpSession, message: types.JSONRPCR
 
     if not _wants_stream(request, message):
         reply = await run()
-        return web.json_response(reply, headers=headers, dumps=dialects.dumps)
+        return web.json_response(reply, headers=headers, dumps=jsonsafe.dumps)
     context = context_of(request)
     async with event_stream(request, context, headers=headers, allow_all_methods=True) as response:
         return await _answer_streaming(request, context, response, mcp, exchange, message, run)
@@ -199,7 +199,7 @@ async def _answer_streaming(
     finally:
         mcp.in_flight.pop(message.id, None)
     exchange.sink = None
-    await sink(dialects.dumps(reply))
+    await sink(jsonsafe.dumps(reply))
     return response
 
 

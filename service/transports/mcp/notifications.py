@@ -11,6 +11,7 @@ from typing import Any, get_args
 
 import mcp_types as types
 
+from service import jsonsafe
 from service.core.log import LogEntry
 from service.transports import dialects
 
@@ -60,7 +61,7 @@ def notification_data(session_id: str, entry: LogEntry) -> dict[str, Any]:
 
 def log_message(level: str, data: Mapping[str, Any]) -> str:
     """A ``notifications/message`` JSON-RPC notification, encoded."""
-    return dialects.dumps(
+    return jsonsafe.dumps(
         {
             "jsonrpc": "2.0",
             "method": "notifications/message",

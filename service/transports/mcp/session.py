@@ -28,6 +28,7 @@ from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from mcp.shared.message import ServerMessageMetadata
 from mcp.shared.transport_context import TransportContext
 
+from service import jsonsafe
 from service.core.log import LogEntry
 from service.core.sessions import Session
 from service.errors import SessionLimitReached, SessionNotFound, StoreUnavailable
@@ -90,7 +91,7 @@ class Exchange(_NoRequests):
             message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
             if params is not None:
                 message["params"] = dict(params)
-            await self.sink(dialects.dumps(message))
+            await self.sink(jsonsafe.dumps(message))
 
     async def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
         if self.progress_token is None:

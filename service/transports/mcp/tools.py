@@ -33,6 +33,7 @@ from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from service import jsonsafe
 from service.core.events import RunDone, RunError, TextDelta, is_terminal
 from service.core.sessions import ACTIVE, RUNNING, Session
 from service.errors import (
@@ -159,7 +160,7 @@ def tool_list() -> list[types.Tool]:
 
 
 def _result(payload: dict[str, Any], *, error: bool = False) -> types.CallToolResult:
-    text = dialects.dumps(payload)
+    text = jsonsafe.dumps(payload)
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=text)],
         structured_content=json.loads(text),
