@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from service.core.events import TextDelta  # noqa: E402
 from service.core.log import MemoryEventLog  # noqa: E402
-from service.transports.follow import Follower, Stop  # noqa: E402
+from service.transports.stream.follow import Follower, Stop  # noqa: E402
 
 Subscriber = Callable[[MemoryEventLog, int, set[asyncio.Task[None]]], Awaitable[int]]
 

@@ -30,24 +30,15 @@ from service.logs import quiet_malformed_requests
 from service.metrics import Metrics
 from service.monitor import LoopLagMonitor
 from service.providers.base import ModelProvider
-from service.transports import (
-    approvals,
-    auth,
-    http,
-    mcp,
-    openai_chat,
-    openapi,
-    protocols,
-    sse,
-    web_client,
-    ws,
-)
-from service.transports import sessions as session_routes
-from service.transports.admission import PER_TURN, REQUEST_ADMISSION, admission_middleware
-from service.transports.context import CONTEXT, Context, Health
-from service.transports.middleware import error_middleware
-from service.transports.quotas import QUOTAS, Quotas, quota_middleware
-from service.transports.shared_quotas import SharedQuotas
+from service.quotas.local import Quotas
+from service.quotas.shared import SharedQuotas
+from service.transports import agui, aisdk, mcp, native, openai, openapi, ws
+from service.transports.edge import auth
+from service.transports.edge.admission import PER_TURN, REQUEST_ADMISSION, admission_middleware
+from service.transports.edge.context import CONTEXT, Context, Health
+from service.transports.edge.middleware import error_middleware
+from service.transports.edge.quotas import QUOTAS, quota_middleware
+from service.transports.stream import sse
 
 log = logging.getLogger(__name__)
 
@@ -283,7 +274,7 @@ def make_services(
     metrics = Metrics()
     quotas: Quotas = Quotas.from_settings(settings)
     if backend is not None and settings.api_keys:
-        # Each key's quotas hold across every instance on this Redis (see shared_quotas.py).
+        # Each key's quotas hold across every instance on this Redis (see service/quotas/shared.py).
         from service.store.quotas import RedisQuotaCounters
 
         quotas = SharedQuotas.shared_from_settings(settings, RedisQuotaCounters(backend))
@@ -418,19 +409,16 @@ def _resources(
     return resources
 
 
+# Every face, in the order aiohttp registers (and matches) their routes.
+FACES = (native, aisdk, agui, ws, mcp, openai, openapi)
+
+
 def add_routes(app: web.Application, settings: Settings) -> None:
-    """Every route, in one place. The order is the registration order aiohttp matches in."""
+    """Every route, in one place: the edge's, then each face's."""
     auth.setup(app, settings)
-    http.add_routes(app)
-    session_routes.add_routes(app)
-    approvals.add_routes(app)
-    sse.add_routes(app)
-    protocols.add_routes(app)
-    ws.add_routes(app)
-    mcp.add_routes(app)
-    openai_chat.add_routes(app)
-    web_client.add_routes(app)
-    openapi.add_routes(app)
+    sse.setup(app)
+    for face in FACES:
+        face.add_routes(app)
 
 
 def create_app(

@@ -66,7 +66,7 @@ class Settings(BaseSettings):
     max_message_chars: int = Field(100_000, ge=1)
     # The longest request line or single header aiohttp's parser accepts (bytes); longer: 400.
     max_header_bytes: int = Field(8190, ge=1024, le=1024 * 1024)
-    # Per API key (across instances with keys and Redis); 0 = unlimited (see transports/quotas.py).
+    # Per API key (across instances with keys and Redis); 0 = unlimited (see quotas/local.py).
     # With no keys every caller is one anonymous owner, so these apply only when set explicitly
     # (see quota()).
     quota_sessions: int = Field(100, ge=0)

@@ -189,7 +189,11 @@ class _Tracebacks(logging.Handler):
         self.records: list[logging.LogRecord] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.exc_info and record.exc_info[0] is not None and record.name.startswith(("service", "aiohttp")):
+        if (
+            record.exc_info
+            and record.exc_info[0] is not None
+            and record.name.startswith(("service", "aiohttp"))
+        ):
             self.records.append(record)
 
 

@@ -60,8 +60,23 @@ RULES: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
         (),
     ),
     ("service.sandbox", ("service.agent", "service.transports", "service.app"), ()),
+    # Quota policy is the core's run gate: it knows nothing of HTTP.
+    ("service.quotas", ("service.transports", "service.app", "aiohttp"), ()),
 ]
-MAX_LINES = {"service": 500, "scripts": 600}
+
+# Inside transports: the edge stands on nothing above it, the stream package on the edge alone,
+# and a face on the edge and the stream packages, never on another face.
+T = "service.transports"
+FACES = ("native", "ws", "mcp", "aisdk", "agui", "openai")
+RULES += [
+    (f"{T}.edge", (f"{T}.stream", f"{T}.openapi", *(f"{T}.{face}" for face in FACES)), ()),
+    (f"{T}.stream", (f"{T}.openapi", *(f"{T}.{face}" for face in FACES)), ()),
+    *(
+        (f"{T}.{face}", (f"{T}.openapi", *(f"{T}.{other}" for other in FACES if other != face)), ())
+        for face in FACES
+    ),
+]
+MAX_LINES = {"service": 600, "scripts": 600}
 
 
 def module_name(path: Path) -> str:
@@ -168,6 +183,20 @@ def test_no_module_is_too_long(folder: str) -> None:
 
 
 # --- the checks themselves ---------------------------------------------------------------
+
+
+def test_a_face_may_not_import_another_face(tmp_path: Path) -> None:
+    face = tmp_path / "service" / "transports" / "aisdk"
+    face.mkdir(parents=True)
+    (face / "x.py").write_text(
+        "from service.transports.agui.projector import encode\n"
+        "from service.transports.stream.sse import serve\n",
+        encoding="utf-8",
+    )
+    assert violations({"service.transports.aisdk.x": face / "x.py"}) == [
+        "service.transports.aisdk.x imports service.transports.agui.projector",
+        "service.transports.aisdk.x imports service.transports.agui.projector.encode",
+    ]
 
 
 def test_the_checks_see_a_forbidden_import_inside_a_function_and_a_cycle(tmp_path: Path) -> None:

@@ -39,6 +39,7 @@ import threading
 import time
 import types
 from collections.abc import AsyncIterator, Awaitable, Callable
+from types import SimpleNamespace
 from typing import Any
 
 from tokens.record import event_stream_frames, sse_frames
@@ -277,7 +278,11 @@ def log_and_run_stages(stores: Stores, texts: list[str]) -> dict[str, Stage]:
     from service.core.events import RunDone, TextDelta
     from service.core.runs import RunManager
     from service.metrics import Metrics
-    from service.transports.follow import Follower, Stop
+
+    try:
+        from service.transports.stream.follow import Follower, Stop
+    except ImportError:  # a --baseline tree from before the transports' folders
+        from service.transports.follow import Follower, Stop  # type: ignore[no-redef]
 
     events = [TextDelta(text=text, turn=1) for text in texts]
     stages: dict[str, Stage] = {}
@@ -351,12 +356,36 @@ def log_and_run_stages(stores: Stores, texts: list[str]) -> dict[str, Stage]:
 # -- project and write ----------------------------------------------------------------------------
 
 
+def _tree() -> Any:
+    """What the project and write stages call, wherever the measured tree keeps it (a
+    ``--baseline`` tree may predate the transports' folders)."""
+    try:
+        from service.transports.native.dialects import agent_block
+        from service.transports.stream import session
+        from service.transports.stream.writes import write_blocks
+    except ImportError:
+        from service.transports.sse import write_blocks  # type: ignore[no-redef]
+
+        from service.transports import dialects as session  # type: ignore[no-redef]
+
+        agent_block = getattr(session, "agent_block", None) or (
+            lambda event: session.sse_block(session.dumps(session.agent(event)))
+        )
+    return SimpleNamespace(
+        session_sse=session.session_sse,
+        session_frame=session.session_frame,
+        ws_frame=session.ws_frame,
+        agent_block=agent_block,
+        write_blocks=write_blocks,
+    )
+
+
 def project_stages(texts: list[str]) -> dict[str, Stage]:
     """project.session, project.agent and project.ws, each on fresh entries (nothing cached)."""
     from service.core.events import TextDelta
     from service.core.log import LogEntry
-    from service.transports import dialects
 
+    dialects = _tree()
     events = [TextDelta(text=text, turn=1) for text in texts]
     now = time.time()
 
@@ -375,13 +404,8 @@ def project_stages(texts: list[str]) -> dict[str, Stage]:
 
         return run
 
-    # The block as this tree's POST /agent/stream makes it (older trees had no agent_block).
-    agent_block = getattr(dialects, "agent_block", None) or (
-        lambda event: dialects.sse_block(dialects.dumps(dialects.agent(event)))
-    )
-
     def agent(entry: Any) -> bytes:
-        return agent_block(entry.event).encode()
+        return dialects.agent_block(entry.event).encode()
 
     def ws(entry: Any) -> str:
         return dialects.ws_frame("s" * 16, dialects.session_frame(entry)[1])
@@ -415,9 +439,9 @@ def write_stage(texts: list[str]) -> Stage:
 
     from service.core.events import TextDelta
     from service.core.log import LogEntry
-    from service.transports import dialects
-    from service.transports.sse import write_blocks
 
+    dialects = _tree()
+    write_blocks = dialects.write_blocks
     now = time.time()
     blocks = [dialects.session_sse(LogEntry(n, TextDelta(text=t), 1300, now)) for n, t in enumerate(texts, 1)]
     spent: list[float] = []

@@ -2,7 +2,7 @@
 
 A run of the agent is told as a sequence of these events. They are appended to a session's
 event log, which gives each one an integer id; transports turn them into their wire dialect
-with the pure functions in ``service.transports.dialects``.
+with the pure functions in ``service.transports.stream.session``.
 
 Events are immutable pydantic models with a ``type`` discriminator, so a log stored outside the
 process (Redis) can rebuild them with :data:`EVENT_ADAPTER`.

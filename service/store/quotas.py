@@ -1,5 +1,5 @@
 """Per-key quota counters on Redis, shared by every instance: each check is one script, one round
-trip (see :class:`service.transports.shared_quotas.SharedQuotas`, which decides what to do with
+trip (see :class:`service.quotas.shared.SharedQuotas`, which decides what to do with
 the answers and falls back to the instance's own counters while Redis is away).
 
 Keys of an owner ``O`` (``P`` is ``AGENT_REDIS_PREFIX``):

@@ -1,4 +1,4 @@
-// The event types the page handles: the session dialect's (service/transports/payloads.py,
+// The event types the page handles: the session dialect's (service/transports/stream/payloads.py,
 // `SessionPayload`) and the two a session stream makes up for one reader (`heartbeat`, and an
 // `error` without an id). An EventSource delivers only the event names it listens for, so a
 // type missing here would silently never reach the page. tests/transports/test_web_client.py

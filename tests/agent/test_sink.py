@@ -28,6 +28,7 @@ class SinkProvider:
     error raised where it stands."""
 
     name = "scripted"
+
     def __init__(self, *turns: list[Step]) -> None:
         self.turns = list(turns)
         self.offered = 0

@@ -20,7 +20,7 @@ import aiohttp
 from aiohttp import WSCloseCode
 
 from service.app import SERVICES
-from service.transports.ws import SOCKETS
+from service.transports.ws.routes import SOCKETS
 from tests.browser.proxy import Attempt, Proxy
 
 START_MS = 50

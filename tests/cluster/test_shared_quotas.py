@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 import redis.asyncio as aioredis
 
-from service.transports.auth import fingerprint
+from service.transports.edge.auth import fingerprint
 from tests.cluster.test_scaleout import instance_env, read_events
 from tests.support.instances import ServiceProcess
 from tests.support.redis_server import RedisServer

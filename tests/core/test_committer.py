@@ -55,7 +55,13 @@ class BurstAgent:
         self.cancelled = asyncio.Event()
 
     async def run(
-        self, messages: list[dict[str, Any]], user_text: str, max_turns: int, options: Any = None, charge: Any = None, sink: Any = None
+        self,
+        messages: list[dict[str, Any]],
+        user_text: str,
+        max_turns: int,
+        options: Any = None,
+        charge: Any = None,
+        sink: Any = None,
     ) -> AsyncIterator[Event]:
         for n, burst in enumerate(self.bursts):
             if n:

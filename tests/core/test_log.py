@@ -148,7 +148,7 @@ async def test_the_byte_bound_counts_the_memory_an_entry_really_holds() -> None:
     import tracemalloc
 
     from service.core.events import ToolResult
-    from service.transports import dialects
+    from service.transports.stream import session as dialects
 
     def cache_encodings(entry: Any) -> None:
         dialects.session_sse(entry)

@@ -23,7 +23,13 @@ class ScriptedAgent:
         self.started = asyncio.Event()
 
     async def run(
-        self, messages: list[dict[str, Any]], user_text: str, max_turns: int, options: Any = None, charge: Any = None, sink: Any = None
+        self,
+        messages: list[dict[str, Any]],
+        user_text: str,
+        max_turns: int,
+        options: Any = None,
+        charge: Any = None,
+        sink: Any = None,
     ) -> AsyncIterator[Event]:
         messages.append({"role": "user", "content": [{"text": user_text}]})
         self.started.set()

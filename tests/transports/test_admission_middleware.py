@@ -9,7 +9,7 @@ from typing import Any
 from aiohttp import web
 
 from service.core.admission import Admission
-from service.transports.admission import PER_TURN, REQUEST_ADMISSION, admission_middleware
+from service.transports.edge.admission import PER_TURN, REQUEST_ADMISSION, admission_middleware
 from tests.conftest import ClientFactory
 
 

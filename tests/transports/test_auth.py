@@ -10,7 +10,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from service.config import SettingsError, load_settings
-from service.transports.auth import Authenticator, fingerprint
+from service.transports.edge.auth import Authenticator, fingerprint
 from tests.conftest import SESSION_ROUTES, ClientFactory, sse_events
 
 ALICE = {"Authorization": "Bearer key-alice"}

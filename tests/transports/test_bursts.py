@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestServer
 from aiohttp_sse import sse_response
 
 from service.core.burst import Burst, current_burst
-from service.transports.sse_writes import BurstResponse, write_now
+from service.transports.stream.writes import BurstResponse, write_now
 from tests.conftest import ClientFactory
 from tests.transports.test_faults import bedrock_answer, deep_client, openai_answer
 

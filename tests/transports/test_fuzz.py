@@ -33,7 +33,7 @@ from aiohttp.test_utils import TestClient
 from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
 
-from service.transports.inputs import holds_nul
+from service.transports.edge.inputs import holds_nul
 from tests.conftest import SESSION_ROUTES, ClientFactory, services_of, sse_events
 
 pytestmark = pytest.mark.slow  # Hypothesis against the whole service

@@ -20,8 +20,8 @@ from service.core.events import (
     ToolUseStart,
     Usage,
 )
-from service.transports.openai_chat import _param
-from service.transports.openai_dialect import (
+from service.transports.openai.models import ChatCompletionRequest
+from service.transports.openai.projector import (
     NO_OUTPUT,
     ChatProjection,
     ConversationError,
@@ -29,7 +29,7 @@ from service.transports.openai_dialect import (
     to_query,
     tool_use_id,
 )
-from service.transports.openai_types import ChatCompletionRequest
+from service.transports.openai.routes import _param
 
 
 def request(messages: list[dict[str, Any]], **extra: Any) -> ChatCompletionRequest:

@@ -31,7 +31,7 @@ from openapi_spec_validator import validate
 from schemathesis import GenerationMode, checks
 
 from service.config import Settings
-from service.transports.openapi import build_spec
+from service.transports.openapi.document import build_spec
 from tests.conftest import TEST_SETTINGS, ClientFactory
 
 SETTINGS: dict[str, Any] = {

@@ -42,8 +42,9 @@ from service.core.events import (
     Usage,
 )
 from service.core.log import LogEntry
-from service.transports import dialects
-from service.transports.openapi import build_spec
+from service.transports.native import dialects
+from service.transports.openapi.document import build_spec
+from service.transports.stream import session as session_dialect
 from tests.conftest import TEST_SETTINGS, ClientFactory, services_of, sse_events
 
 USAGE = Usage(input_tokens=3, output_tokens=4, total_tokens=7)
@@ -162,15 +163,15 @@ def test_each_dialect_emits_only_what_its_schema_declares(spec: dict[str, Any]) 
         if payload is not None:
             conforms(agent, payload)
             seen["agent"].add(payload["type"])
-        conforms(session, dialects.session(entry.event))
-        conforms(logged, dialects.session_payload(entry))
-        seen["session"].add(dialects.session(entry.event)["type"])
+        conforms(session, session_dialect.session(entry.event))
+        conforms(logged, session_dialect.session_payload(entry))
+        seen["session"].add(session_dialect.session(entry.event)["type"])
         for frame in dialects.steps(entry.event):
             conforms(steps, frame)
             seen["steps"].add(frame["type"])
     # A lagging reader's merged text carries ``first_id`` as well.
     deltas = [LogEntry(id=n, event=TextDelta(text=str(n)), size=1) for n in (7, 8, 9)]
-    for _, _, data in dialects.merge_text_runs(deltas):
+    for _, _, data in session_dialect.merge_text_runs(deltas):
         conforms(logged, json.loads(data))
     assert seen == {
         "agent": {
@@ -209,7 +210,7 @@ def test_each_dialect_emits_only_what_its_schema_declares(spec: dict[str, Any]) 
 def test_a_field_no_schema_declares_fails(spec: dict[str, Any]) -> None:
     """The check above can fail: an extra field, a missing one, or a logged event without its id."""
     session = named(spec, "SessionEvent")
-    payload = dialects.session_payload(LogEntry(id=1, event=TextDelta(text="hi"), size=1))
+    payload = session_dialect.session_payload(LogEntry(id=1, event=TextDelta(text="hi"), size=1))
     conforms(session, payload)
     assert not session.is_valid({**payload, "surprise": 1})
     assert not session.is_valid({key: value for key, value in payload.items() if key != "text"})

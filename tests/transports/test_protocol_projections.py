@@ -23,7 +23,9 @@ from service.core.events import (
     Usage,
 )
 from service.core.log import LogEntry
-from service.transports import agui, aisdk
+from service.transports.agui import models as agui_models
+from service.transports.agui import projector as agui
+from service.transports.aisdk import projector as aisdk
 
 USAGE = Usage(input_tokens=5, output_tokens=3, total_tokens=8)
 RUN: list[Event] = [
@@ -131,21 +133,21 @@ def test_ai_sdk_primed_stream_continues_where_the_client_was() -> None:
 def test_ai_sdk_blocks_carry_the_entry_id_and_cache_text() -> None:
     log = entries(RUN)
     stream, other = aisdk.UIMessageStream(), aisdk.UIMessageStream()
-    text = [aisdk.blocks(stream, entry) for entry in log][13]
+    text = [stream.frames(entry).decode() for entry in log][13]
     assert text == 'id: 14\r\ndata: {"type":"text-delta","id":"text-13","delta":" 4."}\r\n\r\n'
-    assert [aisdk.blocks(other, entry) for entry in log][13] == text
-    for block in [aisdk.blocks(aisdk.UIMessageStream(), entry) for entry in log[:1]]:
+    assert [other.frames(entry).decode() for entry in log][13] == text
+    for block in [aisdk.UIMessageStream().frames(entry).decode() for entry in log[:1]]:
         assert block.startswith("id: 1\r\n")
 
 
 def test_ag_ui_text_blocks_are_encoded_once_per_entry_and_match_the_encoder() -> None:
     log = entries(RUN)
     reader, second = agui.AgUiStream("thread", []), agui.AgUiStream("thread", [])
-    first = [agui.blocks(reader, entry) for entry in log]
+    first = [reader.frames(entry).decode() for entry in log]
     cached = [entry for entry in log if "ag-ui" in entry.encoded]
     assert cached and all(type(entry.event) is TextDelta for entry in cached)
     # A second reader of the same entries gets the kept blocks, the same as the encoder's own.
-    assert [agui.blocks(second, entry) for entry in log] == first
+    assert [second.frames(entry).decode() for entry in log] == first
     uncached = agui.AgUiStream("thread", [])
     by_encoder = ["".join(agui.encode(e, entry.id) for e in uncached.events(entry)) for entry in entries(RUN)]
     assert by_encoder == first
@@ -210,13 +212,13 @@ def test_ag_ui_history_of_tool_turns_and_of_a_running_query() -> None:
         {"role": "assistant", "content": [{"text": "It failed."}]},
         {"role": "user", "content": [{"text": "again"}]},
     ]
-    messages = [json.loads(m.model_dump_json(by_alias=True)) for m in agui.messages_of(conversation)]
+    messages = [json.loads(m.model_dump_json(by_alias=True)) for m in agui_models.messages_of(conversation)]
     assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant", "user"]
     assert messages[1]["toolCalls"][0]["function"] == {"name": "calculator", "arguments": '{"a": 1}'}
     assert messages[2] == {"id": "m2-0", "role": "tool", "content": "no", "toolCallId": "t1", "error": "no"}
     # A running query's own user message (and what follows it) is not history.
-    assert agui.history_before(conversation, "again") == conversation[:4]
-    assert agui.history_before(conversation, "unseen") == conversation
+    assert agui_models.history_before(conversation, "again") == conversation[:4]
+    assert agui_models.history_before(conversation, "unseen") == conversation
 
 
 def test_ag_ui_error_ends_the_run_at_once() -> None:

@@ -29,8 +29,8 @@ from service.core.events import Usage
 from service.core.runs import RunManager
 from service.core.sessions import MemorySessionStore, Session
 from service.errors import QuotaExceeded, StoreUnavailable
-from service.transports.auth import fingerprint
-from service.transports.quotas import Quotas
+from service.quotas.local import Quotas
+from service.transports.edge.auth import fingerprint
 from tests.conftest import TEST_SETTINGS, ClientFactory, services_of, sse_events, test_tools
 from tests.core.test_runs import ScriptedAgent
 from tests.support.sessions import new_session

@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from service.core.events import ToolApprovalResponse, ToolCall, ToolUse
+from service.jsonsafe import dumps
 from service.providers.blocks import as_int
-from service.transports import dialects
-from service.transports.inputs import holds_nul
+from service.transports.edge.inputs import holds_nul
 from tests.conftest import ClientFactory, services_of, sse_blocks
 from tests.support.sessions import new_session
 from tests.transports.test_approvals import approving, requests_of  # noqa: F401 (a fixture)
@@ -238,7 +238,7 @@ async def test_a_model_tool_input_with_nan_is_a_tool_error_and_the_run_ends_once
 def test_the_default_codec_refuses_what_json_cannot_carry(value: float) -> None:
     """A non-finite number that slipped past the edges fails loudly rather than going out."""
     with pytest.raises(ValueError):
-        dialects.dumps({"toolInput": {"x": [value]}})
+        dumps({"toolInput": {"x": [value]}})
     for build in (
         lambda: ToolUse(tool="t", tool_use_id="u", input={"x": value}),
         lambda: ToolCall(tool="t", tool_use_id="u", input=[value]),
@@ -251,7 +251,7 @@ def test_the_default_codec_refuses_what_json_cannot_carry(value: float) -> None:
 
 def test_the_default_codec_writes_strict_json_as_before() -> None:
     value = {"x": [1.5, -0.0, 1e308, 10**30], "s": "NaN Infinity"}
-    assert strict(dialects.dumps(value)) == value
+    assert strict(dumps(value)) == value
 
 
 # -- the property --------------------------------------------------------------------------------

@@ -11,8 +11,8 @@ from typing import Any
 
 from typing_extensions import TypeAliasType, is_typeddict
 
-from service.transports import payloads
-from service.transports.web_client import WEB_ROOT
+from service.transports.native.web_client import WEB_ROOT
+from service.transports.stream import payloads
 from tests.conftest import ClientFactory
 
 # The MIME types a browser accepts for a script (the HTML standard's "JavaScript MIME type").

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from service.transports.context import CONTEXT
+from service.transports.edge.context import CONTEXT
 from service.transports.mcp.http import PATH, delete, get, post
 from service.transports.mcp.notifications import format_cursor, parse_cursor
 from service.transports.mcp.session import MCP_SESSIONS, McpSession, McpSessions

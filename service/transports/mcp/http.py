@@ -20,10 +20,10 @@ from pydantic import ValidationError
 
 from service import jsonsafe
 from service.errors import SessionLimitReached
-from service.transports import dialects
-from service.transports.auth import owner_of
-from service.transports.context import Context, context_of
-from service.transports.inputs import NUL_REFUSED, holds_nul, may_hold_nul
+from service.transports.edge.auth import owner_of
+from service.transports.edge.context import Context, context_of
+from service.transports.edge.inputs import NUL_REFUSED, holds_nul, may_hold_nul
+from service.transports.edge.middleware import error_response
 from service.transports.mcp.notifications import format_cursor, parse_cursor
 from service.transports.mcp.session import (
     EXCHANGE,
@@ -34,17 +34,16 @@ from service.transports.mcp.session import (
     McpSession,
     McpStream,
 )
-from service.transports.middleware import error_response
-from service.transports.pump import write_until_closed
-from service.transports.sse import event_stream
-from service.transports.sse_writes import write_blocks
+from service.transports.stream.frames import sse_block
+from service.transports.stream.pump import write_until_closed
+from service.transports.stream.sse import event_stream
+from service.transports.stream.writes import write_blocks
 
 log = logging.getLogger(__name__)
 
 PATH = "/mcp"
 SESSION_HEADER = "Mcp-Session-Id"
 VERSION_HEADER = "MCP-Protocol-Version"
-DEFAULT_VERSION = "2025-03-26"  # what a request without the header is taken to speak (spec)
 
 
 def _rpc_error(
@@ -183,7 +182,7 @@ async def _answer_streaming(
     timeout = context.settings.sse_send_timeout_s
 
     async def sink(data: str) -> None:
-        await write_blocks(request, response, dialects.sse_block(data).encode(), timeout)
+        await write_blocks(request, response, sse_block(data).encode(), timeout)
 
     exchange.sink = sink
     task = asyncio.ensure_future(run())

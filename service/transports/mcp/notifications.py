@@ -1,7 +1,7 @@
 """The MCP face's dialect: session events as ``notifications/message`` log notifications, at a
 level per event, and the SSE id that lists each followed session's position.
 
-Pure functions of an entry (or a position map), like ``transports/dialects.py``.
+Pure functions of an entry (or a position map), like ``transports/stream/session.py``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import mcp_types as types
 
 from service import jsonsafe
 from service.core.log import LogEntry
-from service.transports import dialects
+from service.transports.stream.session import session_payload
 
 LOGGER_NAME = "agentstream"
 LEVELS: tuple[str, ...] = get_args(types.LoggingLevel)  # severity ascending
@@ -50,7 +50,7 @@ _TOOL_STATUS = {
 def notification_data(session_id: str, entry: LogEntry) -> dict[str, Any]:
     """A log entry as a notification's ``data``: the session-dialect event plus ``session_id``
     (and a ``status`` on tool events)."""
-    payload = dialects.session_payload(entry)
+    payload = session_payload(entry)
     kind = payload["type"]
     if kind in _TOOL_STATUS:
         payload["status"] = _TOOL_STATUS[kind]

@@ -1,7 +1,7 @@
 """MCP sessions: one per MCP client, with its protocol connection (the SDK's ``ServerRunner``),
 the agent sessions it follows, its log level, and the GET stream that carries their events.
 
-The stream is fed like a WebSocket (``transports/pump.py``): a pump per followed session's log,
+The stream is fed like a WebSocket (``transports/stream/pump.py``): a pump per followed session's log,
 one outbox, one writer (the GET handler). A position older than the log keeps is reported as an
 ``error`` notification and skipped: the stream goes on from the oldest event kept.
 """
@@ -32,9 +32,7 @@ from service import jsonsafe
 from service.core.log import LogEntry
 from service.core.sessions import Session
 from service.errors import SessionLimitReached, SessionNotFound, StoreUnavailable
-from service.transports import dialects
-from service.transports.context import Context
-from service.transports.follow import Ending
+from service.transports.edge.context import Context
 from service.transports.mcp.notifications import (
     event_level,
     format_cursor,
@@ -43,7 +41,9 @@ from service.transports.mcp.notifications import (
     notification_data,
 )
 from service.transports.mcp.tools import build_server
-from service.transports.pump import Outbox, Pumps, TooSlow, pump
+from service.transports.stream.follow import Ending
+from service.transports.stream.frames import sse_block
+from service.transports.stream.pump import Outbox, Pumps, TooSlow, pump
 
 log = logging.getLogger(__name__)
 
@@ -332,9 +332,7 @@ class McpStream:
                 data = notification_data(session_id, entry)
                 level = event_level(data)
                 if mcp.wants(level):
-                    blocks.append(
-                        dialects.sse_block(log_message(level, data), id=format_cursor(mcp.followed))
-                    )
+                    blocks.append(sse_block(log_message(level, data), id=format_cursor(mcp.followed)))
             return blocks
         if isinstance(what, Ending) and what.reason == "purged":
             after, oldest = what.last_id, what.oldest_id or what.last_id + 1
@@ -354,13 +352,11 @@ class McpStream:
                 "poll": {"tool": "session_events", "session_id": session_id, "since_index": after},
             }
             if mcp.wants("error"):
-                blocks.append(dialects.sse_block(log_message("error", data), id=format_cursor(mcp.followed)))
+                blocks.append(sse_block(log_message("error", data), id=format_cursor(mcp.followed)))
             return blocks
         reason = what.reason if isinstance(what, _Gone) else _GONE.get(what.reason, "the session ended")
         mcp.followed.pop(session_id, None)
         data = {"session_id": session_id, "type": "unfollowed", "message": reason}
         if mcp.wants("warning"):
-            blocks.append(
-                dialects.sse_block(log_message("warning", data), id=format_cursor(mcp.followed) or None)
-            )
+            blocks.append(sse_block(log_message("warning", data), id=format_cursor(mcp.followed) or None))
         return blocks

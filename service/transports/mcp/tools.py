@@ -46,13 +46,14 @@ from service.errors import (
     SessionNotFound,
     StoreUnavailable,
 )
-from service.transports import approvals, dialects
-from service.transports.auth import owner_of
-from service.transports.context import Context, context_of
-from service.transports.follow import ThroughRun
-from service.transports.inputs import ApprovalAnswer, MaxTurns, Text
-from service.transports.quotas import quota_fields
-from service.transports.reading import IndexAhead, poll
+from service.transports.edge import approvals
+from service.transports.edge.auth import owner_of
+from service.transports.edge.context import Context, context_of
+from service.transports.edge.inputs import ApprovalAnswer, MaxTurns, Text
+from service.transports.edge.quotas import quota_fields
+from service.transports.stream import session as dialect
+from service.transports.stream.follow import ThroughRun
+from service.transports.stream.reading import IndexAhead, poll
 
 
 class Follows(Protocol):
@@ -235,11 +236,11 @@ class Tools:
             "status": session.status,
             "last_event_id": await log.last_id(),
             "oldest_id": await log.first_id(),
-            "usage": dialects.usage_dict(session.usage),
+            "usage": dialect.usage_dict(session.usage),
             "messages": len(session.messages),
             "running_query": session.run_message if session.status in ACTIVE else None,
             "followed": session.id in self.mcp_session.followed,
-            "pending_approvals": approvals.pending(session),
+            "pending_approvals": dialect.pending_approvals(session),
         }
 
     async def session_approve(self, args: ApproveArgs) -> dict[str, Any]:
@@ -274,9 +275,9 @@ async def _await_answer(session: Session, after: int, progress: Progress) -> dic
                 if isinstance(event, RunDone):
                     if reader.skipped:  # part of the text is gone: the run's final answer instead
                         ended["response"] = event.output
-                    ended["done"] = dialects.session(event)
+                    ended["done"] = dialect.session(event)
                 elif isinstance(event, RunError):
-                    ended["error"] = dialects.session(event)
+                    ended["error"] = dialect.session(event)
                 return ended
             await progress(float(seen), f"{seen} events")
     ending = reader.ending

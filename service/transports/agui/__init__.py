@@ -1,0 +1,5 @@
+"""The AG-UI face: ``POST /ag-ui`` runs and the running query's events again."""
+
+from service.transports.agui.routes import add_routes
+
+__all__ = ["add_routes"]

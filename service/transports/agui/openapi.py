@@ -1,0 +1,79 @@
+"""The AG-UI face's part of ``GET /openapi.json``: ``/ag-ui`` and its events again.
+
+The schemas are ``ag-ui-protocol``'s own ``RunAgentInput`` and event union, named ``AgUi...`` so
+that they cannot meet the service's own.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from ag_ui.core import Event as AgUiEvent
+from ag_ui.core import RunAgentInput
+from pydantic import TypeAdapter
+
+from service.config import Settings
+from service.transports.edge.openapi import (
+    CLIENT_ID,
+    JSON,
+    LAST_EVENT_ID,
+    ref,
+    resume_errors,
+    sse,
+    start_errors,
+)
+
+AG_UI_REF = "#/components/schemas/AgUi{model}"
+
+
+@functools.cache
+def _generated() -> dict[str, Any]:
+    inputs: list[tuple[int, Any, TypeAdapter[Any]]] = [
+        (0, "validation", TypeAdapter(RunAgentInput)),
+        (1, "serialization", TypeAdapter(AgUiEvent)),
+    ]
+    tops, definitions = TypeAdapter.json_schemas(inputs, ref_template=AG_UI_REF)
+    found = {f"AgUi{name}": schema for name, schema in definitions.get("$defs", {}).items()}
+    found["AgUiEvent"] = tops[(1, "serialization")]
+    return found
+
+
+def schemas() -> dict[str, Any]:
+    """The schemas these operations name, to add to ``components.schemas``."""
+    return dict(_generated())
+
+
+def paths(settings: Settings, common: dict[str, Any]) -> dict[str, Any]:
+    """AG-UI's operations, by path."""
+    nothing_runs = {"description": "No query runs in the session: nothing to resume."}
+    return {
+        "/ag-ui": {
+            "post": {
+                "operationId": "agUiRun",
+                "summary": "Run the agent (AG-UI)",
+                "description": (
+                    "A `RunAgentInput`; `threadId` names the caller's session (1 to 128 of "
+                    "`A-Za-z0-9_-`), made on first use; the last message must be the user's "
+                    "and is the new query. `tools`, `context`, `state` and `forwardedProps` "
+                    "are accepted and not read. Each event has the log's id as `id:`."
+                ),
+                "requestBody": {"required": True, "content": {JSON: {"schema": ref("AgUiRunAgentInput")}}},
+                "responses": {"200": sse("The run's AG-UI events.", "AgUiEvent"), **start_errors(common)},
+            }
+        },
+        "/ag-ui/{session_id}/events": {
+            "parameters": [CLIENT_ID],
+            "get": {
+                "operationId": "agUiEvents",
+                "summary": "Resume a thread's running query (AG-UI events)",
+                "description": "The running query's events from its first (or after `Last-Event-ID`); 204 when none runs.",
+                "parameters": [LAST_EVENT_ID],
+                "responses": {
+                    "200": sse("The running query's AG-UI events.", "AgUiEvent"),
+                    "204": nothing_runs,
+                    **resume_errors(common),
+                },
+            },
+        },
+    }

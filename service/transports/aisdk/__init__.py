@@ -1,0 +1,5 @@
+"""The Vercel AI SDK's face: ``useChat``'s UI message stream (``POST /api/chat``) and its resume."""
+
+from service.transports.aisdk.routes import add_routes
+
+__all__ = ["add_routes"]

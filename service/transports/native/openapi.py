@@ -1,0 +1,464 @@
+"""The native face's part of ``GET /openapi.json``: the agent, session and steps dialects' routes
+and the service's own (health, metrics, tokens, the page), as fragments of ``paths``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from service.config import Settings
+from service.transports.edge.openapi import (
+    JSON,
+    RETRY_AFTER,
+    error,
+    json_reply,
+    ref,
+    refs,
+    sse,
+)
+from service.transports.native.streams import SELFTEST_MAX_INTERVAL_MS, SELFTEST_MAX_TICKS
+
+
+def _body(schema: dict[str, Any], required: bool = True) -> dict[str, Any]:
+    return {"required": required, "content": {JSON: {"schema": schema}}}
+
+
+@dataclass(frozen=True)
+class Parts:
+    """What the fragments of ``paths`` share; each document gets its own."""
+
+    agent_body: dict[str, Any] = field(default_factory=lambda: ref("AgentRequest"))
+    message_body: dict[str, Any] = field(default_factory=lambda: ref("MessageRequest"))
+    session: dict[str, Any] = field(default_factory=lambda: {"$ref": "#/components/parameters/SessionId"})
+    json_body: dict[str, Any] = field(default_factory=lambda: refs("BadRequest", "TooLarge", "Unprocessable"))
+    common: dict[str, Any] = field(
+        default_factory=lambda: refs("Unauthorized", "Forbidden", "TooManyRequests")
+    )
+    public: dict[str, Any] = field(default_factory=lambda: {"security": [], "responses": {}})
+
+
+def _agent_paths(settings: Settings, parts: Parts) -> dict[str, Any]:
+    """The agent dialect's routes: a query streamed, or answered once."""
+    return {
+        "/agent/stream": {
+            "post": {
+                "operationId": "agentStream",
+                "summary": "Run a query and stream it (agent dialect)",
+                "description": (
+                    "A short-lived session runs the query; its events arrive as `data: {json}` "
+                    "lines (no `event:` or `id:`), `done` or `error` last, then the stream closes. "
+                    "A client that goes away cancels the query."
+                ),
+                "requestBody": _body(parts.agent_body),
+                "responses": {
+                    "200": sse(
+                        "The run's events, `done` or `error` last.",
+                        "AgentEvent",
+                        "`data:` only (no `event:`, no `id:`).",
+                    ),
+                    **parts.json_body,
+                    **parts.common,
+                    **refs("Unavailable"),
+                },
+            }
+        },
+        "/agent/run": {
+            "post": {
+                "operationId": "agentRun",
+                "summary": "Run a query and answer once (JSON)",
+                "requestBody": _body(parts.agent_body),
+                "responses": {
+                    "200": json_reply("The run's whole text and its `done` fields.", "AgentRunResult"),
+                    **parts.json_body,
+                    **parts.common,
+                    "503": error(
+                        "The service is at a limit or its store is down (`Error`, with `Retry-After`), or "
+                        "the run failed upstream (`AgentRunFailure`: `code`, `turns`, `response`, `usage`).",
+                        {
+                            "anyOf": [
+                                ref("AgentRunFailure"),
+                                ref("Error"),
+                            ]
+                        },
+                        headers=RETRY_AFTER,
+                    ),
+                },
+            }
+        },
+    }
+
+
+def _session_paths(settings: Settings, parts: Parts) -> dict[str, Any]:
+    """The session routes over JSON: list, create, read, rename, delete."""
+    return {
+        "/sessions": {
+            "get": {
+                "operationId": "listSessions",
+                "summary": "The caller's sessions, last updated first (needs the session database)",
+                "parameters": [
+                    {
+                        "name": "limit",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "integer", "minimum": 1, "description": "at most 100; default 20"},
+                    },
+                    {
+                        "name": "before",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "string", "description": "`next_before` of the page before"},
+                    },
+                ],
+                "responses": {
+                    "200": json_reply("A page of sessions.", "SessionList"),
+                    "400": error("`limit` is not a positive integer, or `before` is not a cursor of ours."),
+                    "501": error("`AGENT_DATABASE_URL` is empty: no session database to list from."),
+                    **parts.common,
+                    **refs("Unavailable"),
+                },
+            },
+            "post": {
+                "operationId": "createSession",
+                "summary": "Create a session",
+                "requestBody": _body(ref("CreateSessionRequest"), required=False),
+                "responses": {
+                    "201": json_reply("The new, idle session.", "SessionCreated"),
+                    **refs("BadRequest", "TooLarge"),
+                    "422": error("The body is JSON but not an object."),
+                    **parts.common,
+                    **refs("Unavailable"),
+                },
+            },
+        },
+        "/sessions/{session_id}": {
+            "parameters": [parts.session],
+            "get": {
+                "operationId": "getSession",
+                "summary": "A session's status and conversation",
+                "responses": {
+                    "200": json_reply("The session.", "Session"),
+                    **parts.common,
+                    **refs("NotFound", "Unavailable"),
+                },
+            },
+            "patch": {
+                "operationId": "renameSession",
+                "summary": "Rename a session (needs the session database)",
+                "requestBody": _body(ref("TitleRequest")),
+                "responses": {
+                    "200": json_reply("Renamed.", "SessionRenamed"),
+                    **parts.json_body,
+                    "501": error("`AGENT_DATABASE_URL` is empty: no session database."),
+                    **parts.common,
+                    **refs("NotFound", "Unavailable"),
+                },
+            },
+            "delete": {
+                "operationId": "deleteSession",
+                "summary": "Delete a session (its running query is cancelled first)",
+                "responses": {
+                    "204": {"description": "Deleted."},
+                    **parts.common,
+                    **refs("NotFound", "Unavailable"),
+                },
+            },
+        },
+    }
+
+
+def _session_action_paths(settings: Settings, parts: Parts) -> dict[str, Any]:
+    """What a client does in a session: ask, cancel, answer an approval."""
+    return {
+        "/sessions/{session_id}/messages": {
+            "parameters": [parts.session],
+            "post": {
+                "operationId": "postMessage",
+                "summary": "Start a query in the background",
+                "description": (
+                    "Each query sees the conversation so far. Follow it with "
+                    "`GET /sessions/{id}/events` (`Last-Event-ID: after_id`) or polling "
+                    "(`since_index=after_id`)."
+                ),
+                "requestBody": _body(parts.message_body),
+                "responses": {
+                    "202": json_reply("Accepted; the query runs.", "MessageAccepted"),
+                    **parts.json_body,
+                    **parts.common,
+                    **refs("NotFound", "Conflict", "Unavailable"),
+                },
+            },
+        },
+        "/sessions/{session_id}/cancel": {
+            "parameters": [parts.session],
+            "post": {
+                "operationId": "cancelQuery",
+                "summary": "Cancel the running query",
+                "description": (
+                    "Every subscriber sees `status_change: cancelled` and a `done` with "
+                    "`cancelled: true`. No body is read."
+                ),
+                "responses": {
+                    "202": json_reply(
+                        "Asked; `cancelled` says whether a query was running.", "CancelAccepted"
+                    ),
+                    **parts.common,
+                    **refs("NotFound", "Unavailable"),
+                },
+            },
+        },
+        "/sessions/{session_id}/approvals/{approval_id}": {
+            "parameters": [
+                parts.session,
+                {"name": "approval_id", "in": "path", "required": True, "schema": {"type": "string"}},
+            ],
+            "post": {
+                "operationId": "answerApproval",
+                "summary": "Approve or deny a tool call that waits for a person",
+                "description": (
+                    "Answers the `tool_approval_request` with that `approval_id` (tools named in "
+                    "`AGENT_TOOLS_REQUIRE_APPROVAL`); the answer is logged as `tool_approval_response` "
+                    "and the query goes on. The same answer again is accepted; an edited `input` must "
+                    "fit the tool's input schema (else 422)."
+                ),
+                "requestBody": _body(ref("ApprovalAnswer")),
+                "responses": {
+                    "200": json_reply("Answered (now or before, the same way).", "ApprovalAnswered"),
+                    **parts.json_body,
+                    **parts.common,
+                    "404": error("Unknown session or approval (or a session that is not the caller's)."),
+                    "409": error("Answered otherwise already, or its query ended before it was answered."),
+                    **refs("Unavailable"),
+                },
+            },
+        },
+    }
+
+
+def _event_paths(settings: Settings, parts: Parts) -> dict[str, Any]:
+    """A session's events: the session dialect over SSE, and polling."""
+    return {
+        "/sessions/{session_id}/events": {
+            "parameters": [parts.session],
+            "get": {
+                "operationId": "sessionEvents",
+                "summary": "Follow a session (SSE, session dialect), resumable",
+                "description": (
+                    "`id:` + `event:` (= type) + `data:`. A fresh connection to an idle session "
+                    "gets one `status_change` and the close; mid-query, `status_change: running` "
+                    "(no id), then every event until `done`. With `Last-Event-ID` (or "
+                    "`?last_event_id=`): every event after it, then live, closing after the "
+                    "`done` that ends the log. `heartbeat` {last_id, status} (no id) while idle; "
+                    "`retry:` with the first frame. A reader that falls behind the purge horizon "
+                    "gets an `error` event with `code: events_purged`."
+                ),
+                "parameters": [
+                    {"$ref": "#/components/parameters/LastEventIdHeader"},
+                    {"$ref": "#/components/parameters/LastEventIdQuery"},
+                ],
+                "responses": {
+                    "200": sse(
+                        "The session's events.",
+                        "SessionStreamEvent",
+                        "`event:` (the payload's `type`), `id:` for a logged event, `data:`; `retry:` with the first.",
+                    ),
+                    "204": {
+                        "description": (
+                            "The id given is already the last one and no query runs: nothing to "
+                            "send (stops a browser's EventSource from reconnecting)."
+                        )
+                    },
+                    **refs("BadRequest"),
+                    **parts.common,
+                    **refs("NotFound", "Gone", "Unavailable"),
+                },
+            },
+        },
+        "/sessions/{session_id}/events/poll": {
+            "parameters": [parts.session],
+            "get": {
+                "operationId": "pollEvents",
+                "summary": "Poll a session's events",
+                "description": (
+                    "The same log, ids and payloads as the SSE stream; SSE and polling may be mixed "
+                    "with nothing lost or twice. From an index older than the oldest kept event it "
+                    "starts at the oldest kept one with `purged: true` and a `snapshot`."
+                ),
+                "parameters": [
+                    {"$ref": "#/components/parameters/SinceIndex"},
+                    {"$ref": "#/components/parameters/Limit"},
+                ],
+                "responses": {
+                    "200": json_reply("The events after `since_index`.", "Poll"),
+                    **refs("BadRequest"),
+                    **parts.common,
+                    **refs("NotFound", "Unavailable"),
+                },
+            },
+        },
+    }
+
+
+def _stream_paths(settings: Settings, parts: Parts) -> dict[str, Any]:
+    """Streams of their own: a query in the steps dialect, and the self-test."""
+    return {
+        "/sessions/{session_id}/stream": {
+            "parameters": [parts.session],
+            "get": {
+                "operationId": "stepsStream",
+                "summary": "Start a query and stream its steps (SSE, steps dialect)",
+                "parameters": [{"$ref": "#/components/parameters/Query"}],
+                "responses": {
+                    "200": sse(
+                        "The query's steps, `done` or `error` last.",
+                        "StepsEvent",
+                        "`id:` (the session event's id) and `data:`.",
+                    ),
+                    **refs("BadRequest"),
+                    **parts.common,
+                    **refs("NotFound", "Conflict"),
+                    "422": error("The query is longer than `AGENT_MAX_MESSAGE_CHARS`."),
+                    **refs("Unavailable"),
+                },
+            },
+        },
+        "/selftest/stream": {
+            "get": {
+                "operationId": "selftestStream",
+                "summary": "Path check: timestamped ticks on a schedule (SSE)",
+                "description": (
+                    "No model, no session: `tick` events {n, of, ts, interval_ms} written "
+                    "`interval_ms` apart (the last after an extra `idle_ms`), then `end`. Ticks "
+                    "arriving together mean something on the way buffers; a `Content-Encoding` "
+                    "means compression; a cut during `idle_ms` means something closes idle streams."
+                ),
+                "parameters": [
+                    {
+                        "name": "ticks",
+                        "in": "query",
+                        "schema": {
+                            "type": "integer",
+                            "minimum": 1,
+                            "maximum": SELFTEST_MAX_TICKS,
+                            "default": 20,
+                        },
+                    },
+                    {
+                        "name": "interval_ms",
+                        "in": "query",
+                        "schema": {
+                            "type": "integer",
+                            "minimum": 0,
+                            "maximum": SELFTEST_MAX_INTERVAL_MS,
+                            "default": 100,
+                        },
+                    },
+                    {
+                        "name": "idle_ms",
+                        "in": "query",
+                        "schema": {
+                            "type": "integer",
+                            "minimum": 0,
+                            "maximum": SELFTEST_MAX_INTERVAL_MS * 5,
+                            "default": 0,
+                        },
+                    },
+                ],
+                "responses": {
+                    "200": sse(
+                        "`tick` events, then `end`.",
+                        "SelftestEvent",
+                        "`event: tick` (with `id:`), or `event: end`.",
+                    ),
+                    **refs("BadRequest"),
+                    **parts.common,
+                },
+            }
+        },
+    }
+
+
+def _service_paths(settings: Settings, parts: Parts) -> dict[str, Any]:
+    """The routes about the service itself: health, metrics, tokens, this document, the page."""
+    return {
+        "/healthz": {
+            "get": {
+                "operationId": "healthz",
+                "summary": "Health (no key needed)",
+                "security": [],
+                "parameters": [
+                    {
+                        "name": "lag_since",
+                        "in": "query",
+                        "description": "A `time.monotonic()` reading: loop lag only from then on.",
+                        "schema": {"type": "number"},
+                    }
+                ],
+                "responses": {
+                    "200": json_reply("Serving.", "Health"),
+                    "400": error("`lag_since` is not a number."),
+                    "503": json_reply(
+                        "Degraded: the store (Redis) or the session database does not answer "
+                        "(named in `unavailable`).",
+                        "Health",
+                    ),
+                },
+            }
+        },
+        "/metrics": {
+            "get": {
+                "operationId": "metrics",
+                "summary": "Prometheus metrics (needs a key when keys are set)",
+                "responses": {
+                    "200": {
+                        "description": "Prometheus text format.",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    },
+                    **parts.common,
+                },
+            }
+        },
+        "/auth/token": {
+            "post": {
+                "operationId": "issueToken",
+                "summary": "Trade a key for a short-lived browser token",
+                "description": (
+                    "Send the key as `Authorization: Bearer <key>`. The token is also set as the "
+                    "HttpOnly `agentstream_token` cookie; pass it as `?token=`, the cookie or a "
+                    "Bearer value where headers can't be set (EventSource, WebSocket)."
+                ),
+                "responses": {
+                    "200": json_reply("The token.", "Token"),
+                    **parts.common,
+                    "404": error("No API keys are configured, so no token is needed."),
+                },
+            }
+        },
+        "/openapi.json": {
+            "get": {
+                "operationId": "openapi",
+                "summary": "This document (no key needed)",
+                **parts.public,
+                "responses": {
+                    "200": {"description": "OpenAPI 3.1.", "content": {JSON: {"schema": {"type": "object"}}}},
+                    **refs("Forbidden"),
+                },
+            }
+        },
+        "/": {
+            "get": {
+                "operationId": "browserClient",
+                "summary": "The browser client (no key needed)",
+                **parts.public,
+                "responses": {
+                    "200": {
+                        "description": "The chat page.",
+                        "content": {"text/html": {"schema": {"type": "string"}}},
+                    },
+                    **refs("Forbidden"),
+                },
+            }
+        },
+    }
+
+
+FRAGMENTS = (_agent_paths, _session_paths, _session_action_paths, _event_paths, _stream_paths, _service_paths)

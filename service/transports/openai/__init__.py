@@ -1,0 +1,5 @@
+"""The OpenAI Chat Completions face: ``POST /v1/chat/completions``, ``GET /v1/models``."""
+
+from service.transports.openai.routes import add_routes
+
+__all__ = ["add_routes"]

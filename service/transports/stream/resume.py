@@ -1,0 +1,94 @@
+"""Where a protocol face's stream of a query starts: a query it starts in the caller's chat, the
+running query again after ``Last-Event-ID`` (``useChat``'s resume, AG-UI's events), or the rest
+of a query that waited for approvals. The AI SDK and AG-UI faces share these; their projectors
+keep state, so each is primed with what its client has already seen."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from service.core.events import StatusChange, ToolApprovalRequest, is_terminal
+from service.core.log import LogEntry
+from service.core.sessions import WAITING, Session
+from service.transports.edge.auth import owner_of
+from service.transports.edge.context import Context
+from service.transports.edge.inputs import check_length, last_event_id
+from service.transports.edge.middleware import json_error
+
+CLIENT_ID_RULE = "1 to 128 of A-Z, a-z, 0-9, _ and -"
+
+
+class Primed(Protocol):
+    """A stateful projector that can take in what its client has seen, writing nothing."""
+
+    def prime(self, entries: list[LogEntry]) -> None: ...
+
+    def paused(self) -> Any: ...
+
+
+def waits_after(batch: list[LogEntry]) -> bool:
+    """True when the batch leaves the query waiting for approvals (its last status change says so)."""
+    waiting = False
+    for entry in batch:
+        event = entry.event
+        if isinstance(event, StatusChange):
+            waiting = event.status == WAITING
+        elif is_terminal(event):
+            waiting = False
+    return waiting
+
+
+async def start_query(
+    request: web.Request, context: Context, session_id: str, query: str
+) -> tuple[Session, int, list[dict[str, Any]]]:
+    """The caller's session of that id (made on first use) with ``query`` started in it, the id
+    its events come after, and the conversation before it (ids are per owner: see
+    :meth:`~service.core.sessions.SessionStore.open`). 409 while a query runs."""
+    check_length(context.settings, query, "message")
+    session = await context.sessions.open(session_id, owner_of(request))
+    history = list(session.messages)  # before the query adds to it
+    after = await session.log.last_id()
+    await context.runs.start(session, query)
+    return session, after, history
+
+
+async def resume_point(session: Session, request: web.Request, projector: Primed) -> int | None:
+    """Where a resumed stream starts (``None``: no query runs, a 204): the running query's first
+    event, or after ``Last-Event-ID``, with the projector primed on what the client has seen."""
+    after = last_event_id(request)  # a bad one is a 400 whether or not a query runs
+    if not session.active:
+        return None
+    log = session.log
+    last = await log.last_id()
+    start = session.run_start_id - 1 if session.run_start_id else last
+    if after is None or after <= start:
+        return start
+    if after > last:
+        raise json_error(400, f"Last-Event-ID {after} is ahead of the session's last event id {last}")
+    # EventsPurged (a 410 naming the oldest id kept) when the query's start is gone.
+    projector.prime(await log.read(start, after - start))
+    return after
+
+
+def query_start(session: Session) -> int:
+    """The id after which the session's query in flight begins (read before answering it, since
+    the query may end at once)."""
+    return session.run_start_id - 1 if session.run_start_id else 0
+
+
+async def continued_from(session: Session, start: int, approval_ids: set[str], projector: Primed) -> int:
+    """Where the rest of a query that waited on ``approval_ids`` starts: after the status change
+    that followed their requests, with the projector primed on the query up to there."""
+    entries = await session.log.read(start, await session.log.last_id() - start)
+    asked = False
+    for n, entry in enumerate(entries):
+        event = entry.event
+        if isinstance(event, ToolApprovalRequest) and event.approval_id in approval_ids:
+            asked = True
+        elif asked and isinstance(event, StatusChange) and event.status == WAITING:
+            projector.prime(entries[: n + 1])
+            projector.paused()  # as the stream that stopped there ended it (its open step closed)
+            return entry.id
+    raise json_error(409, "those approvals belong to no query that runs in this session")
