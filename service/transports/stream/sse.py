@@ -165,12 +165,15 @@ class _Writer:
         self.refused: tuple[int, bytes] | None = None
         # The reconnection delay, to go with the stream's first frame.
         self.retry: bytes | None = None
+        # Looked up once: deliver runs per entry and per subscriber, on the appending task.
+        self._frames = projector.frames
+        self._holds = None if type(projector).holds is Projector.holds else projector.holds
 
     def deliver(self, entry: LogEntry) -> bool:
         """Write ``entry`` from the appending task if the socket can take it at once."""
-        if self.retry is not None or self.projector.holds(entry):
+        if self.retry is not None or (self._holds is not None and self._holds(entry)):
             return False
-        data = self.projector.frames(entry)
+        data = self._frames(entry)
         if not data:
             return True
         if not write_now(self.request, self.response, data):
