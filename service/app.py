@@ -273,8 +273,9 @@ def make_services(
     backend, sessions, records = _make_stores(settings)
     metrics = Metrics()
     quotas: Quotas = Quotas.from_settings(settings)
-    if backend is not None and settings.api_keys:
-        # Each key's quotas hold across every instance on this Redis (see service/quotas/shared.py).
+    if backend is not None and settings.authenticated:
+        # Each key's or user's quotas hold across every instance on this Redis (see
+        # service/quotas/shared.py).
         from service.store.quotas import RedisQuotaCounters
 
         quotas = SharedQuotas.shared_from_settings(settings, RedisQuotaCounters(backend))

@@ -45,6 +45,14 @@ class Settings(BaseSettings):
     redis_deadline_s: float = Field(2.0, gt=0, le=600)
     instance_id: str = Field("", pattern=r"^[A-Za-z0-9_.-]*$")
     api_keys: CommaList = Field(default_factory=list)
+    # Signed-in users (see service/transports/edge/identity.py): a JWT checked with a shared secret
+    # (HS256/384/512) or with the keys of a JWKS (RS, PS, ES, EdDSA); its ``sub`` (scoped by
+    # ``iss``) owns sessions as a key does.
+    jwt_secret: str = ""
+    jwks_url: str = ""
+    jwt_issuer: str = ""
+    jwt_audience: CommaList = Field(default_factory=list)
+    jwt_leeway_s: float = Field(30.0, ge=0, le=3600)
     allowed_origins: CommaList = Field(default_factory=list)
     # Host header names accepted (DNS-rebinding guard); empty: see allowed_host_names().
     allowed_hosts: CommaList = Field(default_factory=list)
@@ -127,9 +135,14 @@ class Settings(BaseSettings):
         one anonymous owner, and a default meant per key would bound the whole world, so then only
         a quota set explicitly applies (instance-wide bounds protect the process instead)."""
         field = f"quota_{name}"
-        if self.api_keys or field in self.model_fields_set:
+        if self.authenticated or field in self.model_fields_set:
             return int(getattr(self, field))
         return 0
+
+    @property
+    def authenticated(self) -> bool:
+        """True when callers must say who they are: API keys, or a JWT secret or JWKS."""
+        return bool(self.api_keys or self.jwt_secret or self.jwks_url)
 
     def database(self) -> str:
         """The database URL in force: ``AGENT_DATABASE_URL``, or SQLite under ``AGENT_DATA_DIR``
@@ -164,7 +177,13 @@ class Settings(BaseSettings):
         return frozenset(name for name in names if name)
 
     @field_validator(
-        "api_keys", "allowed_origins", "allowed_hosts", "mcp_servers", "tools_require_approval", mode="before"
+        "api_keys",
+        "allowed_origins",
+        "allowed_hosts",
+        "mcp_servers",
+        "tools_require_approval",
+        "jwt_audience",
+        mode="before",
     )
     @classmethod
     def _split_commas(cls, value: object) -> object:
@@ -184,6 +203,21 @@ class Settings(BaseSettings):
     def _database_url_scheme(cls, value: str | None) -> str | None:
         if value and value.partition("://")[0] not in {"sqlite+aiosqlite", "postgresql+asyncpg"}:
             raise ValueError("must be a sqlite+aiosqlite:/// or postgresql+asyncpg:// URL, or empty")
+        return value
+
+    @field_validator("jwks_url")
+    @classmethod
+    def _jwks_url_scheme(cls, value: str) -> str:
+        if value and value.partition("://")[0] not in {"http", "https"}:
+            raise ValueError("must be an http:// or https:// URL")
+        return value
+
+    @field_validator("jwt_secret")
+    @classmethod
+    def _jwt_secret_length(cls, value: str) -> str:
+        # RFC 7518 §3.2: an HMAC key at least as long as the hash; shorter is guessable offline.
+        if value and len(value.encode()) < 32:
+            raise ValueError("must be at least 32 bytes (RFC 7518 asks a key as long as the hash)")
         return value
 
     @model_validator(mode="after")
@@ -213,10 +247,11 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _no_open_service_off_loopback(self) -> Settings:
         # Listening beyond this machine with no keys would hand the model to anyone who finds it.
-        if not self.api_keys and not self.allow_unauthenticated and not is_loopback(self.host):
+        if not self.authenticated and not self.allow_unauthenticated and not is_loopback(self.host):
             raise ValueError(
                 f"AGENT_API_KEYS is empty while AGENT_HOST={self.host} is reachable from other machines; "
-                "set AGENT_API_KEYS, or AGENT_ALLOW_UNAUTHENTICATED=true to run open on purpose"
+                "set AGENT_API_KEYS (or AGENT_JWT_SECRET / AGENT_JWKS_URL for signed-in users), or "
+                "AGENT_ALLOW_UNAUTHENTICATED=true to run open on purpose"
             )
         return self
 

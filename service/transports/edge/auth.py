@@ -1,13 +1,19 @@
-"""Access control: API keys, short-lived browser tokens, session ownership, origins and CORS.
+"""Access control: API keys, signed-in users, short-lived tokens, ownership, origins and CORS.
 
-- With ``AGENT_API_KEYS`` set, every route but ``/healthz``, ``/openapi.json`` and the static
-  page needs a key: ``Authorization: Bearer <key>`` for scripts. Browsers can't set headers
-  on ``EventSource`` or ``WebSocket``, so ``POST /auth/token`` trades a key for a short-lived
-  signed token, accepted as ``?token=``, as a cookie, or as a Bearer value.
-- A request's *owner* is a fingerprint of its key. Sessions remember their owner; any other
-  key gets 404, so a session's existence does not leak.
-- Tokens are stateless: the payload (owner, expiry) is signed with the owner's own key, so any
-  instance that knows the keys can check them, and dropping a key revokes its tokens.
+- With ``AGENT_API_KEYS``, ``AGENT_JWT_SECRET`` or ``AGENT_JWKS_URL`` set, every route but
+  ``/healthz``, ``/openapi.json``, the static page and the protected-resource metadata needs a
+  credential: ``Authorization: Bearer <key or token>`` for scripts; ``?token=`` or the cookie
+  for ``EventSource`` and ``WebSocket``, which cannot set headers.
+- A request's *owner* is a fingerprint of its key, or the user a JWT names (``sub`` scoped by
+  ``iss``, see :mod:`service.transports.edge.identity`). Sessions remember their owner; anyone
+  else gets 404, so a session's existence does not leak.
+- ``POST /auth/token`` trades a key for a short-lived token, for the key itself or, with
+  ``{"sub": "alice"}``, for one user of the app that holds the key (an owner scoped by that key):
+  an app without an identity provider hands each person a token of their own. Tokens are
+  stateless: the payload (key owner, user, expiry) is signed with the key, so any instance that
+  knows the keys can check them, and dropping a key revokes its tokens.
+- A credential that expires bounds the streams opened with it: they end at its expiry
+  (:data:`EXPIRES_KEY`), and the client comes back with a fresh one.
 - ``AGENT_ALLOWED_ORIGINS``: browsers' cross-origin requests and WebSocket handshakes from other
   origins are refused with 403; allowed origins get CORS headers and preflight answers.
 - ``AGENT_ALLOWED_HOSTS``: a request whose ``Host`` names another host is refused with 403
@@ -20,20 +26,25 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import json
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
 
 from service import jsonsafe
 from service.config import Settings, host_name
+from service.transports.edge.identity import Identity, JwtVerifier, TokenRefused, user_owner
 
 OWNER_KEY = web.RequestKey("owner", str)
+# When the request's credential expires (epoch seconds; absent for an API key).
+EXPIRES_KEY = web.RequestKey("credential_expires", float)
+METADATA_PATH = "/.well-known/oauth-protected-resource"
 TOKEN_COOKIE = "agentstream_token"
 PUBLIC_PATHS = frozenset({"/", "/healthz", "/favicon.ico", "/openapi.json"})
-PUBLIC_PREFIXES = ("/static/",)
+PUBLIC_PREFIXES = ("/static/", METADATA_PATH)
+MAX_SUBJECT_CHARS = 256
 # What a page on an allowed origin may send: the AI SDK, AG-UI and OpenAI clients send JSON with
 # a Bearer key; EventSource's reconnect sends Last-Event-ID; MCP's Streamable HTTP names its
 # session and protocol version in headers of its own.
@@ -67,15 +78,28 @@ def fingerprint(key: str) -> str:
 
 
 class Authenticator:
-    """Checks keys and tokens; issues tokens."""
+    """Checks keys, the service's own tokens and JWTs; issues tokens."""
 
-    def __init__(self, keys: list[str], token_ttl_s: float = 3600.0) -> None:
+    def __init__(
+        self, keys: list[str], token_ttl_s: float = 3600.0, verifier: JwtVerifier | None = None
+    ) -> None:
         self._keys = {fingerprint(key): key for key in keys}
         self.token_ttl_s = token_ttl_s
+        self.verifier = verifier
 
     @property
     def enabled(self) -> bool:
-        """True when keys are configured."""
+        """True when keys or an identity provider are configured."""
+        return bool(self._keys) or self.jwt
+
+    @property
+    def jwt(self) -> bool:
+        """True when JWTs of signed-in users are accepted."""
+        return self.verifier is not None and self.verifier.enabled
+
+    @property
+    def keys(self) -> bool:
+        """True when API keys are configured."""
         return bool(self._keys)
 
     def owner_of_key(self, candidate: str) -> str | None:
@@ -88,37 +112,64 @@ class Authenticator:
             return owner
         return None
 
-    def issue_token(self, owner: str, now: float | None = None) -> tuple[str, float]:
-        """A token for ``owner`` and when it expires (epoch seconds)."""
+    def issue_token(
+        self, owner: str, now: float | None = None, subject: str | None = None
+    ) -> tuple[str, float]:
+        """A token for ``owner`` (or for the user ``subject`` of that key) and when it expires."""
         expires = (time.time() if now is None else now) + self.token_ttl_s
-        payload = _b64(json.dumps({"o": owner, "e": round(expires)}, separators=(",", ":")).encode())
+        claims: dict[str, object] = {"o": owner, "e": round(expires)}
+        if subject is not None:
+            claims["s"] = subject
+        payload = _b64(jsonsafe.dumps(claims).encode())
         signature = hmac.new(self._keys[owner].encode(), payload.encode(), hashlib.sha256).digest()
         return f"{payload}.{_b64(signature)}", float(round(expires))
 
-    def owner_of_token(self, token: str, now: float | None = None) -> str | None:
-        """The owner id if ``token`` is well signed and not expired."""
+    def identity_of_token(self, token: str, now: float | None = None) -> Identity | None:
+        """Who a token of this service's own names, if it is well signed and not expired."""
         payload, _, signature = token.partition(".")
         try:
             claims = jsonsafe.loads(_unb64(payload))
             owner, expires = claims["o"], float(claims["e"])
+            subject = claims.get("s")
             given = _unb64(signature)
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, AttributeError):
             return None
         key = self._keys.get(owner) if isinstance(owner, str) else None
         if key is None or expires < (time.time() if now is None else now):
             return None
         expected = hmac.new(key.encode(), payload.encode(), hashlib.sha256).digest()
-        return owner if hmac.compare_digest(expected, given) else None
+        if not hmac.compare_digest(expected, given):
+            return None
+        if isinstance(subject, str) and subject:
+            owner = user_owner(f"key:{owner}", subject)
+        return Identity(owner, expires)
 
-    def authenticate(self, request: web.Request) -> str | None:
-        """The request's owner, or None when it carries no valid key or token."""
+    def owner_of_token(self, token: str, now: float | None = None) -> str | None:
+        """The owner id a token of this service's own names (see :meth:`identity_of_token`)."""
+        identity = self.identity_of_token(token, now)
+        return None if identity is None else identity.owner
+
+    async def authenticate(self, request: web.Request) -> Identity | None:
+        """Who the request is, or None when it carries no credential this service accepts;
+        :class:`TokenRefused` (why) for a JWT that does not verify."""
         header = request.headers.get("Authorization", "")
         scheme, _, value = header.partition(" ")
         if scheme.lower() == "bearer" and value.strip():
-            value = value.strip()
-            return self.owner_of_key(value) or self.owner_of_token(value)
-        token = request.query.get("token") or request.cookies.get(TOKEN_COOKIE)
-        return self.owner_of_token(token) if token else None
+            credential = value.strip()
+        else:
+            credential = request.query.get("token") or request.cookies.get(TOKEN_COOKIE) or ""
+            if not credential:
+                return None
+        if self._keys:
+            owner = self.owner_of_key(credential)
+            if owner is not None:
+                return Identity(owner)
+            identity = self.identity_of_token(credential)
+            if identity is not None:
+                return identity
+        if self.verifier is not None and self.verifier.enabled:
+            return await self.verifier.verify(credential)
+        return None
 
 
 AUTH_KEY = web.AppKey("authenticator", Authenticator)
@@ -218,25 +269,70 @@ async def access_middleware(request: web.Request, handler: Handler) -> web.Strea
     auth = request.app[AUTH_KEY]
     if not auth.enabled or _is_public(request.path):
         request[OWNER_KEY] = ANONYMOUS
-    else:
-        owner = auth.authenticate(request)
-        if owner is None:
-            return _json_error(401, "missing or invalid API key", {"WWW-Authenticate": "Bearer"})
-        request[OWNER_KEY] = owner
+        return await handler(request)
+    try:
+        identity = await auth.authenticate(request)
+    except TokenRefused as exc:
+        # RFC 6750 §3: why, in the challenge; never who else there is.
+        challenge = f'Bearer error="invalid_token", error_description="{exc}"'
+        return _json_error(401, str(exc), {"WWW-Authenticate": _with_metadata(request, auth, challenge)})
+    if identity is None:
+        message = "missing or invalid API key" if auth.keys else "missing or invalid token"
+        return _json_error(401, message, {"WWW-Authenticate": _with_metadata(request, auth, "Bearer")})
+    request[OWNER_KEY] = identity.owner
+    if identity.expires is not None:
+        request[EXPIRES_KEY] = identity.expires
     return await handler(request)
 
 
+def _with_metadata(request: web.Request, auth: Authenticator, challenge: str) -> str:
+    """MCP's clients learn where to sign in from the protected-resource metadata (RFC 9728)
+    that a refusal on ``/mcp`` names, when users sign in with JWTs."""
+    if not auth.jwt or not request.path.startswith("/mcp"):
+        return challenge
+    separator = " " if challenge == "Bearer" else ", "
+    return f'{challenge}{separator}resource_metadata="{base_url(request)}{METADATA_PATH}"'
+
+
+def base_url(request: web.Request) -> str:
+    """This service's origin as the request reached it."""
+    return f"{request.scheme}://{request.host}"
+
+
+async def resource_metadata(request: web.Request) -> web.Response:
+    """``GET /.well-known/oauth-protected-resource``: RFC 9728's metadata, naming the issuer of
+    the tokens this service accepts as its authorization server (404 without JWT sign-in)."""
+    settings = request.app[SETTINGS_KEY]
+    if not (settings.jwt_secret or settings.jwks_url):
+        return _json_error(
+            404, "users do not sign in with tokens here (no AGENT_JWKS_URL or AGENT_JWT_SECRET)"
+        )
+    document: dict[str, object] = {
+        "resource": f"{base_url(request)}/mcp",
+        "bearer_methods_supported": ["header"],
+        "resource_name": "agentstream",
+    }
+    if settings.jwt_issuer:
+        document["authorization_servers"] = [settings.jwt_issuer]
+    return web.json_response(document, dumps=jsonsafe.dumps)
+
+
 async def issue_token(request: web.Request) -> web.Response:
-    """``POST /auth/token``: trade a key (Bearer) for a short-lived token, also set as a cookie."""
+    """``POST /auth/token``: trade a key (Bearer) for a short-lived token, also set as a cookie;
+    with a body ``{"sub": "alice"}``, a token for that user of the key's app."""
     auth = request.app[AUTH_KEY]
-    if not auth.enabled:
-        return _json_error(404, "no API keys are configured, so no token is needed")
+    if not auth.keys:
+        return _json_error(404, "no API keys are configured, so no token is issued here")
     header = request.headers.get("Authorization", "")
     scheme, _, value = header.partition(" ")
     owner = auth.owner_of_key(value.strip()) if scheme.lower() == "bearer" else None
     if owner is None:
         return _json_error(401, "a token is issued for an API key only", {"WWW-Authenticate": "Bearer"})
-    token, expires = auth.issue_token(owner)
+    try:
+        subject = await _subject(request)
+    except ValueError as exc:
+        return _json_error(422, f"invalid request: {exc}")
+    token, expires = auth.issue_token(owner, subject=subject)
     response = web.json_response({"token": token, "expires_at": expires})
     response.set_cookie(
         TOKEN_COOKIE,
@@ -250,16 +346,48 @@ async def issue_token(request: web.Request) -> web.Response:
     return response
 
 
+async def _subject(request: web.Request) -> str | None:
+    """The ``sub`` a token request names (None: a token for the key itself); ``ValueError``."""
+    raw = await request.read()
+    if not raw.strip():
+        return None
+    try:
+        body = jsonsafe.loads(raw)
+    except ValueError:
+        raise ValueError("the body must be a JSON object") from None
+    if not isinstance(body, dict):
+        raise ValueError("the body must be a JSON object")
+    subject = body.get("sub")
+    if subject is None:
+        return None
+    if not isinstance(subject, str) or not subject.strip() or len(subject) > MAX_SUBJECT_CHARS:
+        raise ValueError(f"sub: 1 to {MAX_SUBJECT_CHARS} characters of text")
+    if not _encodable(subject) or "\x00" in subject:
+        raise ValueError("sub: must be valid Unicode text without NUL")
+    return subject
+
+
 def owner_of(request: web.Request) -> str:
     """The owner id the access middleware found ("" when keys are off)."""
     return request.get(OWNER_KEY, ANONYMOUS)
 
 
 def setup(app: web.Application, settings: Settings) -> None:
-    """Install the access middleware's state and the token route."""
-    app[AUTH_KEY] = Authenticator(settings.api_keys, settings.token_ttl_s)
+    """Install the access middleware's state, the token route and the resource metadata."""
+    verifier = JwtVerifier(settings) if settings.jwt_secret or settings.jwks_url else None
+    app[AUTH_KEY] = Authenticator(settings.api_keys, settings.token_ttl_s, verifier)
     app[SETTINGS_KEY] = settings
     app[HOSTS_KEY] = settings.allowed_host_names()
     if settings.allowed_origins:
         app.on_response_prepare.append(add_cors)
+    if verifier is not None:
+
+        async def keys(app: web.Application) -> Any:
+            await verifier.start()
+            yield
+            await verifier.close()
+
+        app.cleanup_ctx.append(keys)
     app.router.add_post("/auth/token", issue_token)
+    app.router.add_get(METADATA_PATH, resource_metadata)
+    app.router.add_get(f"{METADATA_PATH}/mcp", resource_metadata)

@@ -241,10 +241,11 @@ class SessionProjector(Projector):
         return sse_block(dumps(beat), event="heartbeat").encode()
 
     def end(self, ending: Ending | None) -> str:
-        if ending is None or ending.reason not in {"purged", "store_unavailable"}:
+        if ending is None or ending.reason not in {"purged", "store_unavailable", "token_expired"}:
             return ""
         # Fell behind the purge horizon (a reconnect with its last id gets the 410 with a
-        # snapshot), or the shared store went away (the client resumes once it is back).
+        # snapshot), the shared store went away (the client resumes once it is back), or the
+        # client's token expired (it reconnects with a fresh one and its last id).
         error = {
             "type": "error",
             "message": ending.message,

@@ -3,7 +3,8 @@
 A :class:`Follower` hands out batches of log entries after an id, then says how the following
 ended, as a typed :class:`Ending`: the run's terminal event was reached (``done``), the log
 closed (``closed``: the session was deleted or the server is going away), the reader fell behind
-the purge horizon (``purged``), or the shared store went away (``store_unavailable``). A
+the purge horizon (``purged``), or the shared store went away (``store_unavailable``); a writer
+also ends a following when the client's token expires (``token_expired``). A
 transport never meets :class:`~service.errors.EventsPurged` or
 :class:`~service.errors.StoreUnavailable` from the log, so no stream can end without telling
 its client why, and no error can escape once a stream's headers are out.
@@ -27,7 +28,7 @@ from service.core.events import RunError, is_terminal
 from service.core.log import Deliver, EventLog, LogEntry
 from service.errors import EventsPurged, StoreUnavailable
 
-EndReason = Literal["done", "closed", "purged", "store_unavailable"]
+EndReason = Literal["done", "closed", "purged", "store_unavailable", "token_expired"]
 
 
 class Stop(enum.Enum):

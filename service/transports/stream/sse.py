@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -30,6 +31,7 @@ from aiohttp_sse import sse_response
 from service.core.log import EventLog, LogEntry
 from service.errors import EventsPurged, StoreUnavailable
 from service.metrics import Tally
+from service.transports.edge.auth import EXPIRES_KEY
 from service.transports.edge.context import CONTEXT, Context, context_of
 from service.transports.edge.middleware import OPEN_STREAM
 from service.transports.stream.follow import Ending, Follower, Stop
@@ -134,10 +136,16 @@ async def serve(
             await writer.write(opening.encode())
         if log is not None:
             follower = Follower(log, after, stop=stop, idle_timeout=idle_timeout, deliver=writer.deliver)
-            if drain:
-                await writer.follow_drainable(follower)
-            else:
-                await writer.follow(follower)
+            expires = request.get(EXPIRES_KEY)
+            timer = None if expires is None else writer.expire_at(expires, follower)
+            try:
+                if drain:
+                    await writer.follow_drainable(follower)
+                else:
+                    await writer.follow(follower)
+            finally:
+                if timer is not None:
+                    timer.cancel()
         elif writer.retry is not None:
             await writer.write(b"")
     return response
@@ -165,13 +173,16 @@ class _Writer:
         self.refused: tuple[int, bytes] | None = None
         # The reconnection delay, to go with the stream's first frame.
         self.retry: bytes | None = None
+        # The client's token has expired (see expire_at).
+        self.expired = False
+        self.cancelled_to_expire = False
         # Looked up once: deliver runs per entry and per subscriber, on the appending task.
         self._frames = projector.frames
         self._holds = None if type(projector).holds is Projector.holds else projector.holds
 
     def deliver(self, entry: LogEntry) -> bool:
         """Write ``entry`` from the appending task if the socket can take it at once."""
-        if self.retry is not None or (self._holds is not None and self._holds(entry)):
+        if self.retry is not None or self.expired or (self._holds is not None and self._holds(entry)):
             return False
         data = self._frames(entry)
         if not data:
@@ -202,16 +213,50 @@ class _Writer:
             self.retry = None
         await write_blocks(self.request, self.response, data, self.settings.sse_send_timeout_s)
 
+    def expire_at(self, expires: float, follower: Follower) -> asyncio.TimerHandle:
+        """End the stream when the client's token expires: at once if it waits for the log,
+        else once the batch in hand is written."""
+        task = asyncio.current_task()
+
+        def expire() -> None:
+            self.expired = True
+            if follower.waiting and task is not None:
+                self.cancelled_to_expire = True
+                task.cancel(EXPIRED)
+
+        return asyncio.get_running_loop().call_later(max(0.0, expires - time.time()), expire)
+
     async def follow(self, follower: Follower) -> None:
         """Write what the follower reads until it ends, then the projector's end."""
+        try:
+            ending = await self._follow(follower)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not self.cancelled_to_expire or task is None:
+                raise
+            self.cancelled_to_expire = False
+            task.uncancel()
+            ending = self._expired(follower)
+        tail = self.projector.end(ending)
+        if tail:
+            await self.write(tail.encode())
+
+    def _expired(self, follower: Follower) -> Ending:
+        return Ending(
+            "token_expired", follower.last_id, "the token expired: reconnect with a fresh one to resume"
+        )
+
+    async def _follow(self, follower: Follower) -> Ending | None:
+        """The writes of one following; how it ended (None: the projector stopped it)."""
         projector = self.projector
-        stopped = False
         async with follower as batches:
             async for batch in batches:
                 if not batch:
                     beat = projector.heartbeat(follower.last_id)
                     if beat:
                         await self.write(beat)
+                    if self.expired:
+                        return self._expired(follower)
                     continue
                 rest = batch
                 if self.retry is not None:
@@ -229,11 +274,10 @@ class _Writer:
                     await self.write(data)
                 self.delivered.inc(shown)
                 if closing is not None:
-                    stopped = True
-                    break
-        tail = projector.end(None if stopped else follower.ending)
-        if tail:
-            await self.write(tail.encode())
+                    return None
+                if self.expired:
+                    return self._expired(follower)
+        return follower.ending
 
     async def follow_drainable(self, follower: Follower) -> None:
         """:meth:`follow`, ended at shutdown (see :func:`_drain_streams`) while it waits for
@@ -267,6 +311,7 @@ class _Writer:
 
 
 DRAIN = "drain"
+EXPIRED = "token expired"
 # The streams a shutdown ended (by the task, not by the cancellation's message: a library on the
 # way, such as a Redis client interrupted mid-command, may raise a CancelledError of its own).
 DRAINED = web.AppKey("drained_streams", set)

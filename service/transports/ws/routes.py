@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from aiohttp import WSCloseCode, WSMsgType, web
@@ -31,7 +32,7 @@ from service.errors import (
     StoreUnavailable,
 )
 from service.transports.edge import approvals
-from service.transports.edge.auth import origin_allowed, owner_of
+from service.transports.edge.auth import EXPIRES_KEY, origin_allowed, owner_of
 from service.transports.edge.context import Context, context_of
 from service.transports.edge.inputs import text_refused
 from service.transports.edge.middleware import unavailable_reply
@@ -44,6 +45,7 @@ from service.transports.stream.session import merge_text_runs, session_frame, ws
 log = logging.getLogger(__name__)
 
 TRY_AGAIN_LATER = 1013
+TOKEN_EXPIRED = 4401  # like HTTP's 401: come back with a fresh token
 SOCKETS = web.AppKey("ws_sockets", set)
 
 
@@ -353,6 +355,29 @@ class Connection:
         self.ephemeral.discard(session_id)
         await self.context.end_ephemeral(session_id)
 
+    async def expire(self) -> None:
+        """The token the socket was opened with has expired: stop following, say so, close with
+        4401. What was queued and not sent is dropped; the client resumes by ``last_event_id``
+        with a fresh token, so nothing is lost."""
+        if self.closing:
+            return
+        self.closing = True
+        await asyncio.gather(*self.pumps.cancel_all(), return_exceptions=True)
+        self.outbox.close()
+        await asyncio.wait([self.writer], timeout=self.send_timeout)
+        frame = {
+            "type": "error",
+            "error": "the token expired: reconnect with a fresh one and resume with last_event_id",
+            "code": "token_expired",
+            "request_type": None,
+        }
+        try:
+            async with asyncio.timeout(self.send_timeout):
+                await self.ws.send_str(jsonsafe.dumps(frame))
+        except (TimeoutError, ConnectionResetError, RuntimeError):
+            pass  # the client is gone already
+        await self.ws.close(code=TOKEN_EXPIRED, message=b"token expired")
+
     async def close(self) -> None:
         """Stop every subscription and the writer; a socket's short-lived runs end with it.
 
@@ -443,6 +468,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
     request.app[SOCKETS].add(connection)
     sockets = context.metrics.connections.labels("ws")
     sockets.inc()
+    expiry = _expiry(request, connection)
     try:
         while not ws.closed:
             try:
@@ -467,11 +493,26 @@ async def websocket(request: web.Request) -> web.StreamResponse:
         log.exception("unhandled error on a WebSocket")
         await ws.close(code=WSCloseCode.INTERNAL_ERROR, message=b"internal error")
     finally:
+        if expiry is not None:
+            expiry.cancel()
         sockets.dec()
         await quotas.close_stream(owner)
         request.app[SOCKETS].discard(connection)
         await connection.close()
     return ws
+
+
+def _expiry(request: web.Request, connection: Connection) -> asyncio.Task[None] | None:
+    """The task that ends the socket when its token expires (None for a key, which does not)."""
+    expires = request.get(EXPIRES_KEY)
+    if expires is None:
+        return None
+
+    async def expire() -> None:
+        await asyncio.sleep(max(0.0, expires - time.time()))
+        await connection.expire()
+
+    return asyncio.create_task(expire(), name="ws-expiry")
 
 
 async def _close_sockets(app: web.Application) -> None:
