@@ -2,7 +2,9 @@
 // asked for one), the short-lived token that EventSource and WebSocket URLs carry instead of a
 // header, and what to do when the key is refused (the entry module decides: see auth.js).
 
-import { API_KEY_KEY, state, storageSet } from "./state.js";
+import { API_KEY_KEY, USER_TOKEN_KEY, state, storageSet } from "./state.js";
+
+export const SIGNIN_EXPIRED = "Your sign-in has expired. Open this page again from your app to sign in afresh.";
 
 let onUnauthorized = () => {};
 
@@ -17,8 +19,25 @@ export function unauthorized(message) {
 
 export function authHeaders() {
   const headers = {};
-  if (state.apiKey) headers.Authorization = "Bearer " + state.apiKey;
+  const credential = state.userToken || state.apiKey;
+  if (credential) headers.Authorization = "Bearer " + credential;
   return headers;
+}
+
+// When a JWT expires (epoch seconds), read from its payload; 0 when it cannot be read.
+export function tokenExpiry(token) {
+  try {
+    const part = token.split(".")[1].replace(/-/g, "+").replace(/_/g, "/");
+    return Number(JSON.parse(atob(part + "===".slice((part.length + 3) % 4))).exp) || 0;
+  } catch (_) {
+    return 0;
+  }
+}
+
+// Forget a signed-in person's token (expired or refused): the page says so instead of failing.
+export function dropUserToken() {
+  state.userToken = "";
+  storageSet("sessionStorage", USER_TOKEN_KEY, null);
 }
 
 // The key the user typed, kept for this tab only; null forgets it.
@@ -54,9 +73,13 @@ export function errorText(reply) {
   return (reply.data && reply.data.error) || "HTTP " + reply.status;
 }
 
-// A short-lived token for EventSource and WebSocket URLs: null when none is needed,
-// false when the key was refused (the key field is showing then).
+// A token for EventSource and WebSocket URLs: a signed-in person's own, or a short-lived one
+// for the API key; null when none is needed, false when the credential was refused or expired.
 export async function streamToken() {
+  if (state.userToken) {
+    const expiry = tokenExpiry(state.userToken);
+    return expiry && expiry * 1000 <= Date.now() ? false : state.userToken;
+  }
   if (!state.apiKey) return null;
   if (state.token && state.token.expiresAt * 1000 - Date.now() > 60000) return state.token.value;
   let reply;

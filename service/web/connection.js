@@ -7,7 +7,7 @@
 // from BACKOFF_START_MS up to BACKOFF_MAX_MS and starting over once a connection opens.
 // `window.agentstream` shows the next delay (`backoffMs`) and the retries scheduled so far.
 
-import { authHeaders, sessionPath, streamToken, unauthorized, withToken } from "./api.js";
+import { SIGNIN_EXPIRED, authHeaders, sessionPath, streamToken, unauthorized, withToken } from "./api.js";
 import { EVENT_TYPES } from "./events.js";
 import { applyEvent, renderSnapshot } from "./render.js";
 import {
@@ -113,6 +113,14 @@ function streamError(ev) {
     } else {
       subscribe();
     }
+    return;
+  }
+  if (ev.code === "token_expired") {
+    // The stream ended at its token's expiry: again with a fresh one, from the last id seen.
+    state.token = null;
+    closeSse();
+    if (state.userToken) unauthorized(SIGNIN_EXPIRED);
+    else openSse();
     return;
   }
   notice(ev.message || ev.error || "The stream reported an error.", "error");
@@ -230,6 +238,10 @@ function onWsError(frame) {
     subscribe();
   } else if (frame.code === "not_found") {
     onSessionLost();
+  } else if (frame.code === "token_expired") {
+    // The socket closes (4401) and reconnects with a fresh token; a handed one cannot be renewed.
+    state.token = null;
+    if (state.userToken) unauthorized(SIGNIN_EXPIRED);
   } else if (frame.code === "conflict") {
     notice("A query is already running in this session; wait for it or cancel it.", "warn");
   } else {

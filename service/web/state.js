@@ -7,6 +7,7 @@
 
 export const TRANSPORT_KEY = "agentstream.transport";
 export const API_KEY_KEY = "agentstream.apiKey";
+export const USER_TOKEN_KEY = "agentstream.userToken";
 export const PING_EVERY_MS = 20000;
 export const BACKOFF_START_MS = queryMs("backoff_ms", 1000);
 export const BACKOFF_MAX_MS = Math.max(BACKOFF_START_MS, queryMs("backoff_max_ms", 10000));
@@ -36,6 +37,24 @@ export function storageSet(kind, key, value) {
   }
 }
 
+// A signed-in person's token handed to the page as `/#token=...` by the app that opened it: read
+// once, kept for this tab, and taken out of the address bar so it is not bookmarked or shared.
+function handedToken() {
+  const match = /(?:^#|&)token=([^&]+)/.exec(location.hash);
+  if (match) {
+    let token = "";
+    try {
+      token = decodeURIComponent(match[1]);
+    } catch (_) {
+      token = "";
+    }
+    storageSet("sessionStorage", USER_TOKEN_KEY, token || null);
+    history.replaceState(null, "", location.pathname + location.search);
+    return token;
+  }
+  return storageGet("sessionStorage", USER_TOKEN_KEY) || "";
+}
+
 function chosenTransport() {
   const fromUrl = new URLSearchParams(location.search).get("transport");
   if (fromUrl === "ws" || fromUrl === "sse") return fromUrl;
@@ -55,6 +74,8 @@ export const state = {
   running: false,
   phase: "connecting",
   apiKey: storageGet("sessionStorage", API_KEY_KEY) || "",
+  userToken: handedToken(), // a signed-in person's token (JWT), used as it is
+  signInExpired: false, // that token expired or was refused: the page says so
   token: null, // {value, expiresAt}
   generation: 0, // bumped on every teardown so late callbacks of old connections do nothing
   socket: null,

@@ -1,4 +1,4 @@
-"""Per-key quotas across two service processes on one real Redis: a key's runs, streams and
+"""Per-key (and per-user) quotas across two service processes on one real Redis: a key's runs, streams and
 requests per minute are counted once for both instances; a slot given back (or left behind by an
 instance that died) is free on the other; with Redis stopped the checks fail open with a warning,
 and the quotas are shared again once it is back.
@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
+import jwt
 import pytest
 import redis.asyncio as aioredis
 
@@ -231,3 +233,32 @@ async def test_with_redis_stopped_the_checks_fail_open_with_a_warning_and_recove
             await ws.close()
         back = await a.alog_lines(lambda line: "quotas: Redis answers again" in line)
         assert back, a.output()
+
+
+async def test_a_signed_in_users_runs_count_across_two_instances(redis_server: RedisServer) -> None:
+    secret = "a shared secret of thirty-two bytes or more"
+
+    def token(sub: str) -> str:
+        return jwt.encode({"sub": sub, "exp": int(time.time()) + 600}, secret, algorithm="HS256")
+
+    env = instance_env(
+        redis_server.url, "users", AGENT_JWT_SECRET=secret, AGENT_QUOTA_RUNS="1", AGENT_REDIS_LOCK_TTL_S="3"
+    )
+    a, b = ServiceProcess(env), ServiceProcess(env)
+    await asyncio.gather(a.astart(), b.astart())
+    try:
+        async with aiohttp.ClientSession() as http:
+            alice, bob = token("alice"), token("bob")
+            first, response = await start_run(http, a, alice)
+            assert response.status == 202
+            _, response = await start_run(http, b, alice)  # her second, on the other instance
+            await refused(response, "runs", 1)
+            second, response = await start_run(http, b, bob)  # bob is another user
+            assert response.status == 202
+            for session_id, user in ((first, alice), (second, bob)):
+                async with http.post(
+                    f"{a.base_url}/sessions/{session_id}/cancel", headers=auth(user)
+                ) as cancel:
+                    assert cancel.status == 202
+    finally:
+        await asyncio.gather(a.aterminate(), b.aterminate())

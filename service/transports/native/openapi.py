@@ -420,16 +420,44 @@ def _service_paths(settings: Settings, parts: Parts) -> dict[str, Any]:
         "/auth/token": {
             "post": {
                 "operationId": "issueToken",
-                "summary": "Trade a key for a short-lived browser token",
+                "summary": "Trade a key for a short-lived token, for the key or one of its app's users",
                 "description": (
                     "Send the key as `Authorization: Bearer <key>`. The token is also set as the "
                     "HttpOnly `agentstream_token` cookie; pass it as `?token=`, the cookie or a "
-                    "Bearer value where headers can't be set (EventSource, WebSocket)."
+                    "Bearer value where headers can't be set (EventSource, WebSocket). With a body "
+                    '`{"sub": "alice"}` the token is for that user of the app holding the key: '
+                    "their sessions are theirs alone (an app without an identity provider hands "
+                    "each person a token of their own)."
+                ),
+                "requestBody": _body(
+                    {
+                        "type": "object",
+                        "properties": {"sub": {"type": "string", "minLength": 1, "maxLength": 256}},
+                    },
+                    required=False,
                 ),
                 "responses": {
                     "200": json_reply("The token.", "Token"),
                     **parts.common,
-                    "404": error("No API keys are configured, so no token is needed."),
+                    "404": error("No API keys are configured, so no token is issued here."),
+                    "422": error("The body is not an object with a `sub` of 1 to 256 characters."),
+                },
+            }
+        },
+        "/.well-known/oauth-protected-resource": {
+            "get": {
+                "operationId": "protectedResourceMetadata",
+                "summary": "Where MCP clients sign in (RFC 9728; no key needed)",
+                "description": (
+                    "With `AGENT_JWKS_URL` or `AGENT_JWT_SECRET` set: this service as an OAuth "
+                    "protected resource, `AGENT_JWT_ISSUER` as its authorization server. A 401 on "
+                    "`/mcp` names this document in its `WWW-Authenticate`."
+                ),
+                **parts.public,
+                "responses": {
+                    "200": {"description": "The metadata.", "content": {JSON: {"schema": {"type": "object"}}}},
+                    "404": error("Users do not sign in with tokens here."),
+                    **refs("Forbidden"),
                 },
             }
         },

@@ -44,7 +44,11 @@ shape as a 400.
 
 **Access.** With `AGENT_API_KEYS` set, every route but `/healthz`, `/openapi.json` and the page
 needs a key: `Authorization: Bearer <key>`, or a token from `POST /auth/token` (as a Bearer value,
-`?token=` or the `agentstream_token` cookie). Without keys no credentials are needed.
+`?token=` or the `agentstream_token` cookie). With `AGENT_JWT_SECRET` or `AGENT_JWKS_URL` set, a
+signed-in user's JWT is accepted the same ways, and its `sub` (scoped by `iss`) owns sessions as a
+key does; a refused token is a 401 whose `WWW-Authenticate` says why (RFC 6750 `invalid_token`).
+A stream opened with a token ends at its expiry (`token_expired`). Without either no credentials
+are needed.
 
 **Event ids.** Per session, integers from 1, strictly increasing, never reused: the same number is
 the SSE `id:`, the WebSocket `id` and the polling index.
