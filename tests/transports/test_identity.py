@@ -150,15 +150,36 @@ async def test_each_user_owns_their_sessions_on_every_route_and_face(
         assert response.status == 204
     async with signed_in.get(f"/ag-ui/{session_id}/events", headers=bob) as response:
         assert response.status == 404
+    # Bob naming alice's chat in a run of his own gets a thread of his own, not hers.
+    run = {
+        "threadId": "shared-name",
+        "runId": "r1",
+        "messages": [{"id": "u1", "role": "user", "content": "mine [emu:tokens=2]"}],
+        "tools": [],
+        "context": [],
+        "state": {},
+        "forwardedProps": {},
+    }
+    async with signed_in.post("/ag-ui", json=run, headers=bob) as response:
+        assert response.status == 200
+        assert "MESSAGES_SNAPSHOT" in (body := (await response.read()).decode())
+        assert "hi [emu:tokens=2]" not in body, "alice's conversation must not show in bob's run"
     async with signed_in.get("/sessions", headers=bob) as response:
-        assert (await response.json())["sessions"] == []
+        assert [s["title"] for s in (await response.json())["sessions"]] == ["mine [emu:tokens=2]"]
     async with signed_in.ws_connect("/ws", headers=bob) as ws:
-        await ws.send_json({"type": "subscribe", "session_id": session_id})
-        assert (await ws.receive_json())["code"] == "not_found"
+        for message in (
+            {"type": "subscribe", "session_id": session_id},
+            {"type": "message", "session_id": session_id, "content": "hi"},
+            {"type": "cancel", "session_id": session_id},
+            {"type": "approve", "session_id": session_id, "approval_id": "a1", "approved": True},
+        ):
+            await ws.send_json(message)
+            frame = await ws.receive_json()
+            assert frame["type"] == "error" and frame["code"] == "not_found", (message, frame)
     mcp = await RawMcp(signed_in, bob).start(level=None)
     result = await mcp.post("tools/call", {"name": "session_status", "arguments": {"session_id": session_id}})
     assert result.get("isError") and "not found" in json.dumps(result).lower()
-    for tool in ("session_events", "session_cancel"):
+    for tool in ("session_events", "session_cancel", "session_status"):
         refused = await mcp.post("tools/call", {"name": tool, "arguments": {"session_id": session_id}})
         assert refused.get("isError") and "not found" in json.dumps(refused).lower(), tool
 
