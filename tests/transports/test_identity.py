@@ -366,3 +366,19 @@ async def test_a_websocket_ends_at_its_tokens_expiry_with_4401_and_resumes(
             if frame.get("type") == "done":
                 break
     assert ids == list(range(1, ids[-1] + 1))
+
+
+async def test_an_mcp_stream_ends_at_its_tokens_expiry(
+    signed_in: TestClient, signers: dict[str, Signer]
+) -> None:
+    k1 = signers["k1"]
+    short = bearer(k1.token("alice", exp=int(time.time()) + 2))
+    mcp = await RawMcp(signed_in, short).start()
+    started = await mcp.tool("session_message", content="a story [emu:tokens=60] [emu:tps=20]")
+    assert started["session_id"]
+    lines = []
+    async with mcp.stream() as response:
+        async for raw in response.content:  # ends when the service ends the stream
+            lines.append(raw.decode().rstrip("\r\n"))
+    last = json.loads([line for line in lines if line.startswith("data: {")][-1][6:])
+    assert last["params"]["level"] == "error" and last["params"]["data"]["code"] == "token_expired", last
