@@ -6,7 +6,7 @@ import {
   AbstractChat,
   DefaultChatTransport,
   lastAssistantMessageIsCompleteWithApprovalResponses,
-} from 'ai';
+} from '#ai';
 import { ChatState, base, headers, id, report, texts } from './common.mjs';
 
 const [approved, text] = texts;

@@ -1,6 +1,6 @@
 // The AI SDK's own client: DefaultChatTransport.sendMessages against POST /api/chat, the reply
 // assembled by readUIMessageStream, as useChat does. Usage: node aisdk_chat.mjs BASE CHAT_ID TEXT...
-import { DefaultChatTransport, readUIMessageStream } from 'ai';
+import { DefaultChatTransport, readUIMessageStream } from '#ai';
 import { base, headers, id, report, texts, userMessage } from './common.mjs';
 
 const transport = new DefaultChatTransport({ api: `${base}/api/chat`, headers });

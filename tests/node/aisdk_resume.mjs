@@ -2,7 +2,7 @@
 // starts, reconnectToStream picks the running query up from its first part, the query is stopped
 // (POST /sessions/{id}/cancel) from the resumed stream, and a reconnect after that finds nothing
 // (null: a 204). Usage: node aisdk_resume.mjs BASE CHAT_ID TEXT
-import { DefaultChatTransport, readUIMessageStream } from 'ai';
+import { DefaultChatTransport, readUIMessageStream } from '#ai';
 import { base, headers, id, report, texts, userMessage } from './common.mjs';
 
 const transport = new DefaultChatTransport({ api: `${base}/api/chat`, headers });

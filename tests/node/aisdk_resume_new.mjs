@@ -1,7 +1,7 @@
 // useChat({resume: true}) on a chat never posted: on mount the chat calls resumeStream(), which
 // asks GET /api/chat/{id}/stream; the chat must end up ready (a 204), not in error, and then send
 // its first message as usual. Usage: node aisdk_resume_new.mjs BASE CHAT_ID TEXT
-import { AbstractChat, DefaultChatTransport } from 'ai';
+import { AbstractChat, DefaultChatTransport } from '#ai';
 import { ChatState, base, headers, id, report, texts } from './common.mjs';
 
 const errors = [];

@@ -4,7 +4,9 @@ export const [base, id, ...texts] = process.argv.slice(2);
 export const headers = process.env.AGENT_KEY ? { Authorization: `Bearer ${process.env.AGENT_KEY}` } : {};
 
 export function report(result) {
-  process.stdout.write(`${JSON.stringify(result)}\n`);
+  // Which npm `ai` the script's `#ai` import reached (ai 6, or ai 7 under --conditions=ai7).
+  const aiPackage = import.meta.resolve('#ai');
+  process.stdout.write(`${JSON.stringify({ ...result, aiPackage })}\n`);
 }
 
 export function userMessage(text, n = 1) {

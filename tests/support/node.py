@@ -3,21 +3,29 @@
 The scripts there import npm packages installed by ``npm ci`` in tests/node (``.ci/run`` does
 it). Without ``node`` or those packages a test cannot run: in CI (``CI=true``) that is a failure,
 elsewhere a skip that says what to do.
+
+The AI SDK's scripts import ``#ai``: npm ``ai`` 6 by default, ``ai`` 7 (installed as ``ai7``)
+under Node's ``--conditions=ai7``. ``ai`` 7 needs Node 22; where the machine's Node is older, the
+one the npm registry's ``node`` package installed in tests/node runs it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 NODE_DIR = Path(__file__).resolve().parents[1] / "node"
-PACKAGES = ("ai", "@ag-ui/client")
+PACKAGES = ("ai", "ai7", "@ag-ui/client")
+AI_MAJORS = (6, 7)
+NODE_FOR_AI = {6: 20, 7: 22}  # the least Node major each ai major runs on
 NODE_TIMEOUT_S = 60.0
 
 
@@ -39,11 +47,36 @@ def require_node() -> str:
     return node  # type: ignore[return-value]
 
 
-async def run_node(script: str, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run ``tests/node/<script>`` with ``args``; its one JSON line of results (stderr on failure)."""
+@functools.cache
+def node_major(node: str) -> int:
+    """The major version of the ``node`` binary at that path."""
+    version = subprocess.run([node, "--version"], capture_output=True, text=True, check=True).stdout
+    return int(version.strip().lstrip("v").split(".")[0])
+
+
+def node_for(ai: int) -> str:
+    """A ``node`` that runs npm ``ai`` of that major: the machine's, or tests/node's own Node 22."""
     node = require_node()
+    need = NODE_FOR_AI[ai]
+    if node_major(node) >= need:
+        return node
+    bundled = NODE_DIR / "node_modules" / ".bin" / "node"
+    if bundled.exists() and node_major(str(bundled)) >= need:
+        return str(bundled)
+    node_unavailable(
+        f"npm ai {ai} needs Node {need}: run `npm ci` in {NODE_DIR} (it installs Node 22 from npm)"
+    )
+    raise AssertionError("unreachable")
+
+
+async def run_node(script: str, *args: str, env: dict[str, str] | None = None, ai: int = 6) -> dict[str, Any]:
+    """Run ``tests/node/<script>`` with ``args`` (on npm ``ai`` of major ``ai``); its one JSON
+    line of results (stderr on failure)."""
+    node = node_for(ai)
+    conditions = ["--conditions=ai7"] if ai == 7 else []
     process = await asyncio.create_subprocess_exec(
         node,
+        *conditions,
         str(NODE_DIR / script),
         *args,
         cwd=NODE_DIR,
@@ -59,4 +92,8 @@ async def run_node(script: str, *args: str, env: dict[str, str] | None = None) -
         await process.wait()
         raise AssertionError(f"{script} did not finish within {NODE_TIMEOUT_S} s") from None
     assert process.returncode == 0, f"{script} failed ({process.returncode}):\n{stderr.decode()}"
-    return json.loads(stdout.decode().strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(stdout.decode().strip().splitlines()[-1])
+    if script.startswith("aisdk_"):
+        expected = "/node_modules/ai7/" if ai == 7 else "/node_modules/ai/"
+        assert expected in result["aiPackage"], (ai, result["aiPackage"])
+    return result

@@ -1,6 +1,6 @@
 """The protocols' own, unmodified clients against the service on a real port (embedded emulator).
 
-npm ``ai`` 6 (``DefaultChatTransport`` + ``readUIMessageStream``, as ``useChat`` uses them) and
+npm ``ai`` 6 and 7 (``DefaultChatTransport`` + ``readUIMessageStream``, as ``useChat`` uses them) and
 npm ``@ag-ui/client`` (``HttpAgent``), run by ``node`` from tests/node/. Without Node or the
 packages these tests skip, or fail with ``CI=true`` (see :mod:`tests.support.node`).
 """
@@ -9,10 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestClient
 
 from tests.conftest import ClientFactory
-from tests.support.node import require_node, run_node
+from tests.support.node import AI_MAJORS, require_node, run_node
+
+
+@pytest.fixture(params=AI_MAJORS, ids=[f"ai{major}" for major in AI_MAJORS])
+def ai(request: pytest.FixtureRequest) -> int:
+    """The major version of npm ``ai`` the AI SDK's scripts run on: every such test runs on both."""
+    return int(request.param)
 
 
 def base_url(client: TestClient) -> str:
@@ -23,9 +30,11 @@ def parts_of(message: dict[str, Any], kind: str) -> list[dict[str, Any]]:
     return [part for part in message["parts"] if part["type"] == kind]
 
 
-async def test_default_chat_transport_assembles_the_answer(client: TestClient) -> None:
+async def test_default_chat_transport_assembles_the_answer(client: TestClient, ai: int) -> None:
     require_node()
-    result = await run_node("aisdk_chat.mjs", base_url(client), "chat-calc", "What is 12*7?", "Say hello")
+    result = await run_node(
+        "aisdk_chat.mjs", base_url(client), "chat-calc", "What is 12*7?", "Say hello", ai=ai
+    )
     first, second = result["turns"]
     assert first["errors"] == [] and second["errors"] == []
     message = first["message"]
@@ -49,12 +58,12 @@ async def test_default_chat_transport_assembles_the_answer(client: TestClient) -
     assert [m["role"] for m in session["messages"]] == ["user", "assistant"] * 3  # the tool turn is two
 
 
-async def test_reconnect_to_stream_resumes_then_finds_nothing(make_client: ClientFactory) -> None:
+async def test_reconnect_to_stream_resumes_then_finds_nothing(make_client: ClientFactory, ai: int) -> None:
     require_node()
     # The tool never answers (and does not time out here): the query runs until it is stopped.
     client = await make_client(tool_timeout_s=60)
     result = await run_node(
-        "aisdk_resume.mjs", base_url(client), "chat-resume", "Use a tool [emu:tool=sleepy]"
+        "aisdk_resume.mjs", base_url(client), "chat-resume", "Use a tool [emu:tool=sleepy]", ai=ai
     )
     assert result["firstChunks"][0] == "start" and result["firstChunks"][-1] == "tool-input-start"
     resumed = result["resumedChunks"]
@@ -101,10 +110,14 @@ async def test_http_agent_runs_and_gets_messages(client: TestClient) -> None:
 CALC_APPROVAL = 'Sum it [emu:tool=calculator] [emu:tool_input={"expression": "6*7"}]'
 
 
-async def test_ai_sdk_chat_answers_a_tool_approval_and_the_query_goes_on(make_client: ClientFactory) -> None:
+async def test_ai_sdk_chat_answers_a_tool_approval_and_the_query_goes_on(
+    make_client: ClientFactory, ai: int
+) -> None:
     require_node()
     client = await make_client(tools_require_approval="calculator", approval_timeout_s=60)
-    result = await run_node("aisdk_approval.mjs", base_url(client), "chat-approve", "true", CALC_APPROVAL)
+    result = await run_node(
+        "aisdk_approval.mjs", base_url(client), "chat-approve", "true", CALC_APPROVAL, ai=ai
+    )
     assert result["errors"] == []
     first, second = result["chunks"]
     assert "tool-approval-request" in first and first[-1] == "finish"
@@ -125,10 +138,12 @@ async def test_ai_sdk_chat_answers_a_tool_approval_and_the_query_goes_on(make_cl
     assert poll["events"][-1]["type"] == "done"
 
 
-async def test_ai_sdk_chat_denial_is_tool_output_denied(make_client: ClientFactory) -> None:
+async def test_ai_sdk_chat_denial_is_tool_output_denied(make_client: ClientFactory, ai: int) -> None:
     require_node()
     client = await make_client(tools_require_approval="calculator", approval_timeout_s=60)
-    result = await run_node("aisdk_approval.mjs", base_url(client), "chat-deny", "false", CALC_APPROVAL)
+    result = await run_node(
+        "aisdk_approval.mjs", base_url(client), "chat-deny", "false", CALC_APPROVAL, ai=ai
+    )
     assert result["errors"] == []
     assert "tool-output-denied" in result["chunks"][1]
     (tool,) = parts_of(result["final"], "dynamic-tool")
@@ -159,18 +174,22 @@ async def test_http_agent_is_interrupted_then_resumes_the_query(make_client: Cli
     assert [(r["approved"], r["by"]) for r in responses] == [(True, "ag-ui")]
 
 
-async def test_resume_on_a_new_chat_finds_nothing_then_the_chat_goes_on(make_client: ClientFactory) -> None:
+async def test_resume_on_a_new_chat_finds_nothing_then_the_chat_goes_on(
+    make_client: ClientFactory, ai: int
+) -> None:
     """``useChat({resume: true})`` resumes on mount, before the chat was ever posted: ready, no error."""
     require_node()
     client = await make_client(api_keys=["key-alice", "key-bob"])
     alice, bob = {"AGENT_KEY": "key-alice"}, {"AGENT_KEY": "key-bob"}
-    result = await run_node("aisdk_resume_new.mjs", base_url(client), "brand-new", "Say hello", env=alice)
+    result = await run_node(
+        "aisdk_resume_new.mjs", base_url(client), "brand-new", "Say hello", env=alice, ai=ai
+    )
     assert result["afterResume"] == {"status": "ready", "count": 0, "errors": []}
     assert result["afterSend"] == {"status": "ready", "count": 2, "errors": []}
     # Mounted again on the chat, now idle: still nothing to resume.
-    result = await run_node("aisdk_resume_new.mjs", base_url(client), "brand-new", "", env=alice)
+    result = await run_node("aisdk_resume_new.mjs", base_url(client), "brand-new", "", env=alice, ai=ai)
     assert result["afterResume"] == {"status": "ready", "count": 0, "errors": []}
     # Ids are per key: to Bob the id Alice holds is a new chat of his own, with nothing to resume.
-    result = await run_node("aisdk_resume_new.mjs", base_url(client), "brand-new", "Hi", env=bob)
+    result = await run_node("aisdk_resume_new.mjs", base_url(client), "brand-new", "Hi", env=bob, ai=ai)
     assert result["afterResume"] == {"status": "ready", "count": 0, "errors": []}
     assert result["afterSend"] == {"status": "ready", "count": 2, "errors": []}
