@@ -179,6 +179,8 @@ class AgentProjector(Projector):
     """``POST /agent/stream``: the agent dialect's ``data:`` lines; an unclean ending as its
     ``error``, with where the reader stood."""
 
+    __slots__ = ()
+
     def frames(self, entry: LogEntry) -> bytes:
         block = agent_block(entry.event)
         return b"" if block is None else block.encode()
@@ -191,6 +193,8 @@ class AgentProjector(Projector):
 
 class StepsProjector(Projector):
     """``GET /sessions/{id}/stream``: the steps dialect's frames, each with its entry's id."""
+
+    __slots__ = ()
 
     def frames(self, entry: LogEntry) -> bytes:
         payloads_ = steps(entry.event)
@@ -208,6 +212,8 @@ class StepsProjector(Projector):
 class SessionProjector(Projector):
     """``GET /sessions/{id}/events``: the session dialect with ``event:`` and ``id:``; a lagging
     reader's runs of text deltas merged; heartbeats with the status as of the last event sent."""
+
+    __slots__ = ("_head", "merge_after", "status")
 
     def __init__(self, status: str, merge_after: int, head: str = "") -> None:
         # On a shared store the session object is a copy read when the request came: the log's

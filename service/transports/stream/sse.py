@@ -48,6 +48,8 @@ class Projector:
     AI SDK's open text part, say): :func:`serve` hands it each entry once, in order.
     """
 
+    __slots__ = ()  # one per open stream: its subclasses keep their state in slots too
+
     def head(self) -> str:
         """What the stream starts with, before any entry."""
         return ""
@@ -154,6 +156,20 @@ async def serve(
 class _Writer:
     """One stream's writes: entries written through as they are appended, batches in one write,
     and the ending."""
+
+    __slots__ = (
+        "_frames",
+        "_holds",
+        "cancelled_to_expire",
+        "delivered",
+        "expired",
+        "projector",
+        "refused",
+        "request",
+        "response",
+        "retry",
+        "settings",
+    )
 
     def __init__(
         self,
