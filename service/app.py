@@ -411,15 +411,23 @@ def _resources(
 
 
 # Every face, in the order aiohttp registers (and matches) their routes.
-FACES = (native, aisdk, agui, ws, mcp, openai, openapi)
+FACES = (native, aisdk, agui, ws, mcp, openai)
+# Their parts of the OpenAPI document (WebSocket and MCP are described in its text).
+DOCUMENTED = (native.OPENAPI, aisdk.OPENAPI, agui.OPENAPI, openai.OPENAPI)
+
+
+def build_spec(settings: Settings) -> dict[str, Any]:
+    """The OpenAPI document of an application with these settings."""
+    return openapi.build_spec(settings, DOCUMENTED)
 
 
 def add_routes(app: web.Application, settings: Settings) -> None:
-    """Every route, in one place: the edge's, then each face's."""
+    """Every route, in one place: the edge's, then each face's, then the document of them."""
     auth.setup(app, settings)
     sse.setup(app)
     for face in FACES:
         face.add_routes(app)
+    openapi.add_routes(app, DOCUMENTED)
 
 
 def create_app(

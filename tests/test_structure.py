@@ -65,12 +65,14 @@ RULES: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
 ]
 
 # Inside transports: the edge stands on nothing above it, the stream package on the edge alone,
-# and a face on the edge and the stream packages, never on another face.
+# a face on the edge and the stream packages, never on another face; the OpenAPI document merges
+# the fragments the app hands it, and imports no face either.
 T = "service.transports"
 FACES = ("native", "ws", "mcp", "aisdk", "agui", "openai")
 RULES += [
     (f"{T}.edge", (f"{T}.stream", f"{T}.openapi", *(f"{T}.{face}" for face in FACES)), ()),
     (f"{T}.stream", (f"{T}.openapi", *(f"{T}.{face}" for face in FACES)), ()),
+    (f"{T}.openapi", tuple(f"{T}.{face}" for face in FACES), ()),
     *(
         (f"{T}.{face}", (f"{T}.openapi", *(f"{T}.{other}" for other in FACES if other != face)), ())
         for face in FACES

@@ -30,8 +30,8 @@ from hypothesis import strategies as st
 from openapi_spec_validator import validate
 from schemathesis import GenerationMode, checks
 
+from service.app import build_spec
 from service.config import Settings
-from service.transports.openapi.document import build_spec
 from tests.conftest import TEST_SETTINGS, ClientFactory
 
 SETTINGS: dict[str, Any] = {

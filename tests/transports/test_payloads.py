@@ -18,6 +18,7 @@ from aiohttp.test_utils import TestClient
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
 
+from service.app import build_spec
 from service.config import Settings
 from service.core.events import (
     ContextTrimmed,
@@ -43,7 +44,6 @@ from service.core.events import (
 )
 from service.core.log import LogEntry
 from service.transports.native import dialects
-from service.transports.openapi.document import build_spec
 from service.transports.stream import session as session_dialect
 from tests.conftest import TEST_SETTINGS, ClientFactory, services_of, sse_events
 

@@ -18,6 +18,8 @@ from service.transports.edge.openapi import (
     CLIENT_ID,
     JSON,
     LAST_EVENT_ID,
+    Fragment,
+    Parts,
     ref,
     resume_errors,
     sse,
@@ -44,7 +46,7 @@ def schemas() -> dict[str, Any]:
     return dict(_generated())
 
 
-def paths(settings: Settings, common: dict[str, Any]) -> dict[str, Any]:
+def paths(settings: Settings, parts: Parts) -> dict[str, Any]:
     """AG-UI's operations, by path."""
     nothing_runs = {"description": "No query runs in the session: nothing to resume."}
     return {
@@ -59,7 +61,10 @@ def paths(settings: Settings, common: dict[str, Any]) -> dict[str, Any]:
                     "are accepted and not read. Each event has the log's id as `id:`."
                 ),
                 "requestBody": {"required": True, "content": {JSON: {"schema": ref("AgUiRunAgentInput")}}},
-                "responses": {"200": sse("The run's AG-UI events.", "AgUiEvent"), **start_errors(common)},
+                "responses": {
+                    "200": sse("The run's AG-UI events.", "AgUiEvent"),
+                    **start_errors(parts.common),
+                },
             }
         },
         "/ag-ui/{session_id}/events": {
@@ -72,8 +77,11 @@ def paths(settings: Settings, common: dict[str, Any]) -> dict[str, Any]:
                 "responses": {
                     "200": sse("The running query's AG-UI events.", "AgUiEvent"),
                     "204": nothing_runs,
-                    **resume_errors(common),
+                    **resume_errors(parts.common),
                 },
             },
         },
     }
+
+
+FRAGMENT = Fragment(paths, schemas=schemas)

@@ -18,6 +18,8 @@ from service.transports.edge.openapi import (
     CLIENT_ID,
     JSON,
     LAST_EVENT_ID,
+    Fragment,
+    Parts,
     ref,
     resume_errors,
     sse,
@@ -81,7 +83,7 @@ def schemas() -> dict[str, Any]:
     return dict(_generated())
 
 
-def paths(settings: Settings, common: dict[str, Any]) -> dict[str, Any]:
+def paths(settings: Settings, parts: Parts) -> dict[str, Any]:
     """The AI SDK's operations, by path."""
     return {
         "/api/chat": {
@@ -97,7 +99,7 @@ def paths(settings: Settings, common: dict[str, Any]) -> dict[str, Any]:
                 "requestBody": {"required": True, "content": {JSON: {"schema": ref("AiSdkChatRequest")}}},
                 "responses": {
                     "200": sse("The query's UI message stream.", "AiSdkPart"),
-                    **start_errors(common),
+                    **start_errors(parts.common),
                 },
             }
         },
@@ -118,8 +120,11 @@ def paths(settings: Settings, common: dict[str, Any]) -> dict[str, Any]:
                     "204": {
                         "description": "No query runs in the chat, or no chat of that id yet: nothing to resume."
                     },
-                    **resume_errors(common),
+                    **resume_errors(parts.common),
                 },
             },
         },
     }
+
+
+FRAGMENT = Fragment(paths, schemas=schemas)

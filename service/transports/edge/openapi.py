@@ -1,10 +1,16 @@
-"""What a face's part of ``GET /openapi.json`` is written with: references to the shared schemas
-and responses (:mod:`service.transports.openapi.components` holds them), JSON replies and errors,
-and SSE responses described event by event."""
+"""What a face's part of ``GET /openapi.json`` is written with: a :class:`Fragment` (its paths and
+the types its schemas come from), references to the shared schemas and responses
+(:mod:`service.transports.openapi.components` holds them), JSON replies and errors, and SSE
+responses described event by event. The document (:mod:`service.transports.openapi.document`)
+merges the fragments it is handed; it imports no face."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
+
+from service.config import Settings
 
 JSON = "application/json"
 SSE = "text/event-stream"
@@ -115,3 +121,40 @@ def start_errors(common: dict[str, Any]) -> dict[str, Any]:
 def resume_errors(common: dict[str, Any]) -> dict[str, Any]:
     """The errors of a request that follows a chat's running query again."""
     return {**refs("BadRequest"), **common, **refs("NotFound", "Gone", "Unavailable")}
+
+
+@dataclass(frozen=True)
+class Parts:
+    """What the fragments of ``paths`` share; each document gets its own."""
+
+    agent_body: dict[str, Any] = field(default_factory=lambda: ref("AgentRequest"))
+    message_body: dict[str, Any] = field(default_factory=lambda: ref("MessageRequest"))
+    session: dict[str, Any] = field(default_factory=lambda: {"$ref": "#/components/parameters/SessionId"})
+    json_body: dict[str, Any] = field(default_factory=lambda: refs("BadRequest", "TooLarge", "Unprocessable"))
+    common: dict[str, Any] = field(
+        default_factory=lambda: refs("Unauthorized", "Forbidden", "TooManyRequests")
+    )
+    public: dict[str, Any] = field(default_factory=lambda: {"security": [], "responses": {}})
+
+
+def _no_schemas() -> dict[str, Any]:
+    return {}
+
+
+def _as_generated(schemas: dict[str, Any], settings: Settings) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class Fragment:
+    """One face's part of the document."""
+
+    # Its operations, by path.
+    paths: Callable[[Settings, Parts], dict[str, Any]]
+    # The types it names by ``$ref``: their schemas are generated with every face's together,
+    # so the definitions they share (usage, tool calls) come out once.
+    named: tuple[Any, ...] = ()
+    # Schemas it builds itself (a protocol's own models, under a prefix of its own).
+    schemas: Callable[[], dict[str, Any]] = _no_schemas
+    # What the handlers check beyond the models, with this instance's limits.
+    tighten: Callable[[dict[str, Any], Settings], None] = _as_generated

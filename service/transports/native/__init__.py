@@ -6,6 +6,9 @@ from __future__ import annotations
 from aiohttp import web
 
 from service.transports.native import http, sessions, streams, web_client
+from service.transports.native.openapi import FRAGMENT as OPENAPI
+
+__all__ = ["OPENAPI", "add_routes"]
 
 
 def add_routes(app: web.Application) -> None:

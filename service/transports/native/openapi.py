@@ -3,38 +3,28 @@ and the service's own (health, metrics, tokens, the page), as fragments of ``pat
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from service.config import Settings
+from service.transports.edge.inputs import AgentRequest, ApprovalAnswer, MessageRequest, TitleRequest
 from service.transports.edge.openapi import (
     JSON,
     RETRY_AFTER,
+    Fragment,
+    Parts,
     error,
     json_reply,
     ref,
     refs,
     sse,
 )
+from service.transports.native import payloads, replies
 from service.transports.native.streams import SELFTEST_MAX_INTERVAL_MS, SELFTEST_MAX_TICKS
+from service.transports.stream import payloads as stream_payloads
 
 
 def _body(schema: dict[str, Any], required: bool = True) -> dict[str, Any]:
     return {"required": required, "content": {JSON: {"schema": schema}}}
-
-
-@dataclass(frozen=True)
-class Parts:
-    """What the fragments of ``paths`` share; each document gets its own."""
-
-    agent_body: dict[str, Any] = field(default_factory=lambda: ref("AgentRequest"))
-    message_body: dict[str, Any] = field(default_factory=lambda: ref("MessageRequest"))
-    session: dict[str, Any] = field(default_factory=lambda: {"$ref": "#/components/parameters/SessionId"})
-    json_body: dict[str, Any] = field(default_factory=lambda: refs("BadRequest", "TooLarge", "Unprocessable"))
-    common: dict[str, Any] = field(
-        default_factory=lambda: refs("Unauthorized", "Forbidden", "TooManyRequests")
-    )
-    public: dict[str, Any] = field(default_factory=lambda: {"security": [], "responses": {}})
 
 
 def _agent_paths(settings: Settings, parts: Parts) -> dict[str, Any]:
@@ -455,7 +445,10 @@ def _service_paths(settings: Settings, parts: Parts) -> dict[str, Any]:
                 ),
                 **parts.public,
                 "responses": {
-                    "200": {"description": "The metadata.", "content": {JSON: {"schema": {"type": "object"}}}},
+                    "200": {
+                        "description": "The metadata.",
+                        "content": {JSON: {"schema": {"type": "object"}}},
+                    },
                     "404": error("Users do not sign in with tokens here."),
                     **refs("Forbidden"),
                 },
@@ -490,3 +483,71 @@ def _service_paths(settings: Settings, parts: Parts) -> dict[str, Any]:
 
 
 FRAGMENTS = (_agent_paths, _session_paths, _session_action_paths, _event_paths, _stream_paths, _service_paths)
+
+
+# The bodies, replies and events its routes name by ``$ref``.
+NAMED: tuple[Any, ...] = (
+    AgentRequest,
+    MessageRequest,
+    ApprovalAnswer,
+    replies.ApprovalAnswered,
+    replies.Error,
+    replies.ValidationError,
+    replies.Purged,
+    replies.AgentRunResult,
+    replies.AgentRunFailure,
+    replies.SessionCreated,
+    replies.Session,
+    replies.SessionList,
+    replies.SessionRenamed,
+    TitleRequest,
+    replies.MessageAccepted,
+    replies.CancelAccepted,
+    replies.Poll,
+    replies.Health,
+    replies.Token,
+    payloads.AgentEvent,
+    stream_payloads.SessionEvent,
+    stream_payloads.SessionStreamEvent,
+    payloads.StepsEvent,
+    payloads.SelftestEvent,
+)
+
+
+def _text_field(schema: dict[str, Any], field: str, settings: Settings) -> None:
+    """What the handlers check beyond the model: not blank, and at most the configured length."""
+    prop = schema["properties"][field]
+    prop["pattern"] = r"\S"
+    prop["maxLength"] = settings.max_message_chars
+    prop["description"] = (
+        f"Not blank; at most {settings.max_message_chars} characters (`AGENT_MAX_MESSAGE_CHARS`), else 422."
+    )
+
+
+def _max_turns(schema: dict[str, Any]) -> None:
+    schema["properties"]["max_turns"]["description"] = (
+        "Model turns for this query, 1 to 100; default `AGENT_MAX_TURNS`."
+    )
+
+
+def _tighten(schemas: dict[str, Any], settings: Settings) -> None:
+    """What the handlers check beyond the request models, with this instance's limits."""
+    _text_field(schemas["AgentRequest"], "message", settings)
+    _max_turns(schemas["AgentRequest"])
+    _text_field(schemas["MessageRequest"], "content", settings)
+    _max_turns(schemas["MessageRequest"])
+    # The handler reads no field of it yet: there is no model to generate it from.
+    schemas["CreateSessionRequest"] = {
+        "type": "object",
+        "description": "No fields are read yet; an empty body is fine too.",
+    }
+
+
+def _paths(settings: Settings, parts: Parts) -> dict[str, Any]:
+    paths: dict[str, Any] = {}
+    for fragment in FRAGMENTS:
+        paths.update(fragment(settings, parts))
+    return paths
+
+
+FRAGMENT = Fragment(_paths, NAMED, tighten=_tighten)

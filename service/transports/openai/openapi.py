@@ -1,8 +1,8 @@
 """The ``/v1`` routes (OpenAI Chat Completions) in ``GET /openapi.json``.
 
-Kept beside :mod:`service.transports.openapi.document`, which merges them into its route table: their
-bodies, replies and errors are OpenAI's shapes (:mod:`service.transports.openai.models`), not the
-service's own, so every response here names its own schema rather than the shared ones.
+Merged into the document by :mod:`service.transports.openapi.document`: their bodies, replies and
+errors are OpenAI's shapes (:mod:`service.transports.openai.models`), not the service's own, so
+every response here names its own schema rather than the shared ones.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from service.config import Settings
-from service.transports.edge.openapi import JSON, RETRY_AFTER, error, json_reply, ref, sse
+from service.transports.edge.openapi import JSON, RETRY_AFTER, Fragment, Parts, error, json_reply, ref, sse
+from service.transports.openai import models as openai_types
 
 CHAT_ERROR = "ChatError"
 
@@ -111,3 +112,20 @@ def chat_paths(settings: Settings) -> dict[str, Any]:
             }
         },
     }
+
+
+def _paths(settings: Settings, parts: Parts) -> dict[str, Any]:
+    return chat_paths(settings)
+
+
+FRAGMENT = Fragment(
+    _paths,
+    (
+        openai_types.ChatCompletionRequest,
+        openai_types.ChatCompletion,
+        openai_types.ChatStreamData,
+        openai_types.ChatModelList,
+        openai_types.ChatModel,
+        openai_types.ChatError,
+    ),
+)

@@ -1,4 +1,4 @@
-"""``GET /openapi.json``: the document that merges the faces' fragments."""
+"""``GET /openapi.json``: the document that merges the fragments the faces hand it."""
 
 from service.transports.openapi.document import add_routes, build_spec
 

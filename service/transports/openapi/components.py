@@ -1,102 +1,44 @@
 """The ``components`` of ``GET /openapi.json``: schemas, shared responses, parameters, security.
 
-The schemas are generated, not written here: the request bodies from the pydantic models the
-handlers validate with (tightened with what the handlers check on top: no blank text, the
-configured length limit), the reply bodies from :mod:`service.transports.native.replies` and the
-streams' events from :mod:`service.transports.stream.payloads`, the types the handlers and dialects
-build. Limits shown are this instance's settings.
+The schemas are generated, not written here: from the types each face's fragment names (the
+request models its handlers validate with, the reply and event types its handlers and projectors
+build), all together so shared definitions come out once, then tightened by each face with what
+its handlers check on top (no blank text, the configured length limit). Limits shown are this
+instance's settings.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import TypeAdapter
 from pydantic.json_schema import JsonSchemaMode
 
 from service.config import Settings
-from service.transports.edge.inputs import AgentRequest, ApprovalAnswer, MessageRequest, TitleRequest
-from service.transports.edge.openapi import REF, RETRY_AFTER, error
-from service.transports.native import payloads as native_payloads
-from service.transports.native import replies
-from service.transports.openai import models as openai_types
-from service.transports.stream import payloads
-
-# Everything the routes name by ``$ref``; what these refer to comes along.
-NAMED: tuple[Any, ...] = (
-    AgentRequest,
-    MessageRequest,
-    ApprovalAnswer,
-    replies.ApprovalAnswered,
-    replies.Error,
-    replies.ValidationError,
-    replies.Purged,
-    replies.AgentRunResult,
-    replies.AgentRunFailure,
-    replies.SessionCreated,
-    replies.Session,
-    replies.SessionList,
-    replies.SessionRenamed,
-    TitleRequest,
-    replies.MessageAccepted,
-    replies.CancelAccepted,
-    replies.Poll,
-    replies.Health,
-    replies.Token,
-    native_payloads.AgentEvent,
-    payloads.SessionEvent,
-    payloads.SessionStreamEvent,
-    native_payloads.StepsEvent,
-    native_payloads.SelftestEvent,
-    openai_types.ChatCompletionRequest,
-    openai_types.ChatCompletion,
-    openai_types.ChatStreamData,
-    openai_types.ChatModelList,
-    openai_types.ChatModel,
-    openai_types.ChatError,
-)
+from service.transports.edge.openapi import REF, RETRY_AFTER, Fragment, error
 
 
 @functools.cache
-def _generated() -> dict[str, Any]:
+def _generated(named: tuple[Any, ...]) -> dict[str, Any]:
     """Every schema the named types need, built once per process (it does not depend on settings)."""
     inputs: list[tuple[int, JsonSchemaMode, TypeAdapter[Any]]] = [
-        (index, "validation", TypeAdapter(named)) for index, named in enumerate(NAMED)
+        (index, "validation", TypeAdapter(each)) for index, each in enumerate(named)
     ]
     _, definitions = TypeAdapter.json_schemas(inputs, ref_template=REF)
     return definitions["$defs"]
 
 
-def _text_field(schema: dict[str, Any], field: str, settings: Settings) -> None:
-    """What the handlers check beyond the model: not blank, and at most the configured length."""
-    prop = schema["properties"][field]
-    prop["pattern"] = r"\S"
-    prop["maxLength"] = settings.max_message_chars
-    prop["description"] = (
-        f"Not blank; at most {settings.max_message_chars} characters (`AGENT_MAX_MESSAGE_CHARS`), else 422."
-    )
-
-
-def _max_turns(schema: dict[str, Any]) -> None:
-    schema["properties"]["max_turns"]["description"] = (
-        "Model turns for this query, 1 to 100; default `AGENT_MAX_TURNS`."
-    )
-
-
-def schemas(settings: Settings) -> dict[str, Any]:
-    """``components.schemas`` for an application with these settings."""
-    found = copy.deepcopy(_generated())
-    _text_field(found["AgentRequest"], "message", settings)
-    _max_turns(found["AgentRequest"])
-    _text_field(found["MessageRequest"], "content", settings)
-    _max_turns(found["MessageRequest"])
-    # The handler reads no field of it yet: there is no model to generate it from.
-    found["CreateSessionRequest"] = {
-        "type": "object",
-        "description": "No fields are read yet; an empty body is fine too.",
-    }
+def schemas(settings: Settings, fragments: Sequence[Fragment]) -> dict[str, Any]:
+    """``components.schemas`` for an application with these settings: the faces' named types'
+    schemas generated together, each face's edits, then the schemas each face builds itself."""
+    found = copy.deepcopy(_generated(tuple(named for fragment in fragments for named in fragment.named)))
+    for fragment in fragments:
+        fragment.tighten(found, settings)
+    for fragment in fragments:
+        found.update(fragment.schemas())
     return found
 
 
@@ -211,10 +153,10 @@ SECURITY_SCHEMES = {
 }
 
 
-def components(settings: Settings) -> dict[str, Any]:
-    """The document's ``components`` for an application with these settings."""
+def components(settings: Settings, fragments: Sequence[Fragment]) -> dict[str, Any]:
+    """The document's ``components`` for an application with these settings and faces."""
     return {
-        "schemas": schemas(settings),
+        "schemas": schemas(settings, fragments),
         "responses": responses(settings),
         "parameters": parameters(settings),
         "securitySchemes": copy.deepcopy(SECURITY_SCHEMES),

@@ -13,17 +13,14 @@ It is built once per application, from that application's settings.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from aiohttp import web
 
 from service.config import Settings
-from service.transports.agui import openapi as agui_openapi
-from service.transports.aisdk import openapi as aisdk_openapi
 from service.transports.edge.context import CONTEXT
-from service.transports.edge.openapi import JSON
-from service.transports.native import openapi as native_openapi
-from service.transports.openai import openapi as openai_openapi
+from service.transports.edge.openapi import JSON, Fragment, Parts
 from service.transports.openapi.components import components
 
 SPEC_KEY = web.AppKey("openapi_spec", bytes)
@@ -66,25 +63,19 @@ the SSE `id:`, the WebSocket `id` and the polling index.
 """
 
 
-def build_spec(settings: Settings) -> dict[str, Any]:
-    """The OpenAPI 3.1 document for an application with these settings: each group of routes
-    gives its fragment of ``paths``, the protocols' and OpenAI's faces theirs."""
-    parts = native_openapi.Parts()
+def build_spec(settings: Settings, fragments: Sequence[Fragment]) -> dict[str, Any]:
+    """The OpenAPI 3.1 document for an application with these settings: each face's fragment of
+    ``paths``, and the schemas, responses and parameters they name."""
+    parts = Parts()
     paths: dict[str, Any] = {}
-    for fragment in native_openapi.FRAGMENTS:
-        paths.update(fragment(settings, parts))
-    paths.update(aisdk_openapi.paths(settings, parts.common))
-    paths.update(agui_openapi.paths(settings, parts.common))
-    parts = components(settings)
-    parts["schemas"].update(aisdk_openapi.schemas())
-    parts["schemas"].update(agui_openapi.schemas())
-    paths.update(openai_openapi.chat_paths(settings))
+    for fragment in fragments:
+        paths.update(fragment.paths(settings, parts))
     return {
         "openapi": "3.1.0",
         "info": {"title": "agentstream", "version": "0.1.0", "description": DESCRIPTION},
         "security": [{}, {"bearer": []}, {"token": []}, {"cookie": []}],
         "paths": paths,
-        "components": parts,
+        "components": components(settings, fragments),
     }
 
 
@@ -93,7 +84,8 @@ async def openapi_json(request: web.Request) -> web.Response:
     return web.Response(body=request.app[SPEC_KEY], content_type=JSON)
 
 
-def add_routes(app: web.Application) -> None:
-    """Register ``GET /openapi.json``, its document built now from the application's settings."""
-    app[SPEC_KEY] = json.dumps(build_spec(app[CONTEXT].settings), indent=1).encode()
+def add_routes(app: web.Application, fragments: Sequence[Fragment]) -> None:
+    """Register ``GET /openapi.json``, its document built now from the application's settings
+    and the faces' fragments."""
+    app[SPEC_KEY] = json.dumps(build_spec(app[CONTEXT].settings, fragments), indent=1).encode()
     app.router.add_get("/openapi.json", openapi_json)
