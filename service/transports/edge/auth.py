@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
@@ -160,11 +161,12 @@ class Authenticator:
             credential = request.query.get("token") or request.cookies.get(TOKEN_COOKIE) or ""
             if not credential:
                 return None
+        jwt_shaped = credential.count(".") == 2  # a JWT; this service's own tokens have one dot
         if self._keys:
             owner = self.owner_of_key(credential)
             if owner is not None:
                 return Identity(owner)
-            identity = self.identity_of_token(credential)
+            identity = None if jwt_shaped else self.identity_of_token(credential)
             if identity is not None:
                 return identity
         if self.verifier is not None and self.verifier.enabled:
@@ -365,6 +367,18 @@ async def _subject(request: web.Request) -> str | None:
     if not _encodable(subject) or "\x00" in subject:
         raise ValueError("sub: must be valid Unicode text without NUL")
     return subject
+
+
+TOKEN_EXPIRED = "the token expired: reconnect with a fresh one and resume from the last id seen"
+
+
+def at_expiry(request: web.Request, callback: Callable[[], None]) -> asyncio.TimerHandle | None:
+    """Call ``callback`` when the request's credential expires (None: a key, which does not): a
+    stream opened with a token ends there, every transport the same way."""
+    expires = request.get(EXPIRES_KEY)
+    if expires is None:
+        return None
+    return asyncio.get_running_loop().call_later(max(0.0, expires - time.time()), callback)
 
 
 def owner_of(request: web.Request) -> str:

@@ -67,11 +67,6 @@ def user_owner(issuer: str, subject: str) -> str:
     return "u" + hashlib.sha256(f"{issuer}\n{subject}".encode()).hexdigest()[:31]
 
 
-def looks_like_jwt(token: str) -> bool:
-    """Three dot-separated parts, the first of them a JSON object's base64url (``eyJ``)."""
-    return token.count(".") == 2 and token.startswith("eyJ")
-
-
 class JwtVerifier:
     """Checks JWTs against the configured secret and key set; remembers those it accepted."""
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -21,7 +20,7 @@ from pydantic import ValidationError
 
 from service import jsonsafe
 from service.errors import SessionLimitReached
-from service.transports.edge.auth import EXPIRES_KEY, owner_of
+from service.transports.edge.auth import TOKEN_EXPIRED, at_expiry, owner_of
 from service.transports.edge.context import Context, context_of
 from service.transports.edge.inputs import NUL_REFUSED, holds_nul, may_hold_nul
 from service.transports.edge.middleware import error_response
@@ -260,16 +259,13 @@ async def _stream(request: web.Request, context: Context, response: Any, stream:
             delivered.inc(len(blocks))
         return True
 
-    expires = request.get(EXPIRES_KEY)
     expired = asyncio.Event()
-    timer = None
-    if expires is not None:
 
-        def expire() -> None:
-            expired.set()
-            stream.outbox.close()  # what is queued and not written is dropped: the client resumes
+    def expire() -> None:
+        expired.set()
+        stream.outbox.close()  # what is queued and not written is dropped: the client resumes
 
-        timer = asyncio.get_running_loop().call_later(max(0.0, expires - time.time()), expire)
+    timer = at_expiry(request, expire)
     try:
         await write_until_closed(stream.outbox, write)
     finally:
@@ -277,7 +273,7 @@ async def _stream(request: web.Request, context: Context, response: Any, stream:
             timer.cancel()
     if expired.is_set():
         # No id: the client resumes from the last one it got, with a fresh token.
-        ended = {"code": "token_expired", "error": "the token expired: reconnect with a fresh one to resume"}
+        ended = {"code": "token_expired", "error": TOKEN_EXPIRED}
         await write_blocks(
             request, response, sse_block(log_message("error", ended)).encode(), settings.sse_send_timeout_s
         )

@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from aiohttp import web
@@ -31,7 +30,7 @@ from aiohttp_sse import sse_response
 from service.core.log import EventLog, LogEntry
 from service.errors import EventsPurged, StoreUnavailable
 from service.metrics import Tally
-from service.transports.edge.auth import EXPIRES_KEY
+from service.transports.edge.auth import TOKEN_EXPIRED, at_expiry
 from service.transports.edge.context import CONTEXT, Context, context_of
 from service.transports.edge.middleware import OPEN_STREAM
 from service.transports.stream.follow import Ending, Follower, Stop
@@ -138,8 +137,7 @@ async def serve(
             await writer.write(opening.encode())
         if log is not None:
             follower = Follower(log, after, stop=stop, idle_timeout=idle_timeout, deliver=writer.deliver)
-            expires = request.get(EXPIRES_KEY)
-            timer = None if expires is None else writer.expire_at(expires, follower)
+            timer = at_expiry(request, writer.expiry(follower))
             try:
                 if drain:
                     await writer.follow_drainable(follower)
@@ -189,7 +187,7 @@ class _Writer:
         self.refused: tuple[int, bytes] | None = None
         # The reconnection delay, to go with the stream's first frame.
         self.retry: bytes | None = None
-        # The client's token has expired (see expire_at).
+        # The client's token has expired (see expiry).
         self.expired = False
         self.cancelled_to_expire = False
         # Looked up once: deliver runs per entry and per subscriber, on the appending task.
@@ -229,8 +227,8 @@ class _Writer:
             self.retry = None
         await write_blocks(self.request, self.response, data, self.settings.sse_send_timeout_s)
 
-    def expire_at(self, expires: float, follower: Follower) -> asyncio.TimerHandle:
-        """End the stream when the client's token expires: at once if it waits for the log,
+    def expiry(self, follower: Follower) -> Callable[[], None]:
+        """What ends the stream when the client's token expires: at once if it waits for the log,
         else once the batch in hand is written."""
         task = asyncio.current_task()
 
@@ -240,7 +238,7 @@ class _Writer:
                 self.cancelled_to_expire = True
                 task.cancel(EXPIRED)
 
-        return asyncio.get_running_loop().call_later(max(0.0, expires - time.time()), expire)
+        return expire
 
     async def follow(self, follower: Follower) -> None:
         """Write what the follower reads until it ends, then the projector's end."""
@@ -258,9 +256,7 @@ class _Writer:
             await self.write(tail.encode())
 
     def _expired(self, follower: Follower) -> Ending:
-        return Ending(
-            "token_expired", follower.last_id, "the token expired: reconnect with a fresh one to resume"
-        )
+        return Ending("token_expired", follower.last_id, TOKEN_EXPIRED)
 
     async def _follow(self, follower: Follower) -> Ending | None:
         """The writes of one following; how it ended (None: the projector stopped it)."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any
 
 from aiohttp import WSCloseCode, WSMsgType, web
@@ -32,7 +31,7 @@ from service.errors import (
     StoreUnavailable,
 )
 from service.transports.edge import approvals
-from service.transports.edge.auth import EXPIRES_KEY, origin_allowed, owner_of
+from service.transports.edge.auth import TOKEN_EXPIRED, at_expiry, origin_allowed, owner_of
 from service.transports.edge.context import Context, context_of
 from service.transports.edge.inputs import text_refused
 from service.transports.edge.middleware import unavailable_reply
@@ -45,7 +44,7 @@ from service.transports.stream.session import merge_text_runs, session_frame, ws
 log = logging.getLogger(__name__)
 
 TRY_AGAIN_LATER = 1013
-TOKEN_EXPIRED = 4401  # like HTTP's 401: come back with a fresh token
+TOKEN_EXPIRED_CLOSE = 4401  # like HTTP's 401: come back with a fresh token
 SOCKETS = web.AppKey("ws_sockets", set)
 
 
@@ -76,6 +75,7 @@ class Connection:
         self.ephemeral: set[str] = set()
         self.writer = asyncio.create_task(write_until_closed(self.outbox, self._write), name="ws-writer")
         self.closing = False
+        self.expiring: asyncio.Task[None] | None = None
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -355,6 +355,10 @@ class Connection:
         self.ephemeral.discard(session_id)
         await self.context.end_ephemeral(session_id)
 
+    def expire_soon(self) -> None:
+        """The token has expired: end the socket (see :meth:`expire`) from a task of its own."""
+        self.expiring = asyncio.create_task(self.expire(), name="ws-expiry")
+
     async def expire(self) -> None:
         """The token the socket was opened with has expired: stop following, say so, close with
         4401. What was queued and not sent is dropped; the client resumes by ``last_event_id``
@@ -367,7 +371,7 @@ class Connection:
         await asyncio.wait([self.writer], timeout=self.send_timeout)
         frame = {
             "type": "error",
-            "error": "the token expired: reconnect with a fresh one and resume with last_event_id",
+            "error": TOKEN_EXPIRED,
             "code": "token_expired",
             "request_type": None,
         }
@@ -376,7 +380,7 @@ class Connection:
                 await self.ws.send_str(jsonsafe.dumps(frame))
         except (TimeoutError, ConnectionResetError, RuntimeError):
             pass  # the client is gone already
-        await self.ws.close(code=TOKEN_EXPIRED, message=b"token expired")
+        await self.ws.close(code=TOKEN_EXPIRED_CLOSE, message=b"token expired")
 
     async def close(self) -> None:
         """Stop every subscription and the writer; a socket's short-lived runs end with it.
@@ -385,6 +389,8 @@ class Connection:
         and a half-done cleanup would leave tasks and short-lived runs behind.
         """
         tasks = [*self.pumps.cancel_all(), self.writer]
+        if self.expiring is not None:
+            tasks.append(self.expiring)  # let it finish its close rather than cut it
         self.writer.cancel()
         self.outbox.close()
         await asyncio.shield(self._cleanup(tasks))
@@ -468,7 +474,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
     request.app[SOCKETS].add(connection)
     sockets = context.metrics.connections.labels("ws")
     sockets.inc()
-    expiry = _expiry(request, connection)
+    expiry = at_expiry(request, connection.expire_soon)
     try:
         while not ws.closed:
             try:
@@ -500,19 +506,6 @@ async def websocket(request: web.Request) -> web.StreamResponse:
         request.app[SOCKETS].discard(connection)
         await connection.close()
     return ws
-
-
-def _expiry(request: web.Request, connection: Connection) -> asyncio.Task[None] | None:
-    """The task that ends the socket when its token expires (None for a key, which does not)."""
-    expires = request.get(EXPIRES_KEY)
-    if expires is None:
-        return None
-
-    async def expire() -> None:
-        await asyncio.sleep(max(0.0, expires - time.time()))
-        await connection.expire()
-
-    return asyncio.create_task(expire(), name="ws-expiry")
 
 
 async def _close_sockets(app: web.Application) -> None:
