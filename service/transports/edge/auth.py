@@ -45,7 +45,6 @@ METADATA_PATH = "/.well-known/oauth-protected-resource"
 TOKEN_COOKIE = "agentstream_token"
 PUBLIC_PATHS = frozenset({"/", "/healthz", "/favicon.ico", "/openapi.json"})
 PUBLIC_PREFIXES = ("/static/", METADATA_PATH)
-MAX_SUBJECT_CHARS = 256
 # What a page on an allowed origin may send: the AI SDK, AG-UI and OpenAI clients send JSON with
 # a Bearer key; EventSource's reconnect sends Last-Event-ID; MCP's Streamable HTTP names its
 # session and protocol version in headers of its own.
@@ -319,56 +318,6 @@ async def resource_metadata(request: web.Request) -> web.Response:
     return web.json_response(document, dumps=jsonsafe.dumps)
 
 
-async def issue_token(request: web.Request) -> web.Response:
-    """``POST /auth/token``: trade a key (Bearer) for a short-lived token, also set as a cookie;
-    with a body ``{"sub": "alice"}``, a token for that user of the key's app."""
-    auth = request.app[AUTH_KEY]
-    if not auth.keys:
-        return _json_error(404, "no API keys are configured, so no token is issued here")
-    header = request.headers.get("Authorization", "")
-    scheme, _, value = header.partition(" ")
-    owner = auth.owner_of_key(value.strip()) if scheme.lower() == "bearer" else None
-    if owner is None:
-        return _json_error(401, "a token is issued for an API key only", {"WWW-Authenticate": "Bearer"})
-    try:
-        subject = await _subject(request)
-    except ValueError as exc:
-        return _json_error(422, f"invalid request: {exc}")
-    token, expires = auth.issue_token(owner, subject=subject)
-    response = web.json_response({"token": token, "expires_at": expires})
-    response.set_cookie(
-        TOKEN_COOKIE,
-        token,
-        max_age=int(auth.token_ttl_s),
-        httponly=True,
-        samesite="Strict",
-        secure=request.secure,
-        path="/",
-    )
-    return response
-
-
-async def _subject(request: web.Request) -> str | None:
-    """The ``sub`` a token request names (None: a token for the key itself); ``ValueError``."""
-    raw = await request.read()
-    if not raw.strip():
-        return None
-    try:
-        body = jsonsafe.loads(raw)
-    except ValueError:
-        raise ValueError("the body must be a JSON object") from None
-    if not isinstance(body, dict):
-        raise ValueError("the body must be a JSON object")
-    subject = body.get("sub")
-    if subject is None:
-        return None
-    if not isinstance(subject, str) or not subject.strip() or len(subject) > MAX_SUBJECT_CHARS:
-        raise ValueError(f"sub: 1 to {MAX_SUBJECT_CHARS} characters of text")
-    if not _encodable(subject) or "\x00" in subject:
-        raise ValueError("sub: must be valid Unicode text without NUL")
-    return subject
-
-
 TOKEN_EXPIRED = "the token expired: reconnect with a fresh one and resume from the last id seen"
 
 
@@ -387,7 +336,7 @@ def owner_of(request: web.Request) -> str:
 
 
 def setup(app: web.Application, settings: Settings) -> None:
-    """Install the access middleware's state, the token route and the resource metadata."""
+    """Install the access middleware's state and the protected-resource metadata."""
     verifier = JwtVerifier(settings) if settings.jwt_secret or settings.jwks_url else None
     app[AUTH_KEY] = Authenticator(settings.api_keys, settings.token_ttl_s, verifier)
     app[SETTINGS_KEY] = settings
@@ -402,6 +351,5 @@ def setup(app: web.Application, settings: Settings) -> None:
             await verifier.close()
 
         app.cleanup_ctx.append(keys)
-    app.router.add_post("/auth/token", issue_token)
     app.router.add_get(METADATA_PATH, resource_metadata)
     app.router.add_get(f"{METADATA_PATH}/mcp", resource_metadata)

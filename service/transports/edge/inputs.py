@@ -118,6 +118,14 @@ class TitleRequest(BaseModel):
     title: Annotated[Text, Field(max_length=200)]
 
 
+class TokenRequest(BaseModel):
+    """Body of ``POST /auth/token`` (optional): ``sub`` names one user of the key's app."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    sub: Annotated[Text, Field(max_length=256)] | None = None
+
+
 class MessageRequest(BaseModel):
     """Body of ``POST /sessions/{id}/messages``."""
 
@@ -170,9 +178,10 @@ async def read_object(request: web.Request, *, allow_empty: bool = False) -> dic
     return data
 
 
-async def read_json(request: web.Request, model: type[Model]) -> Model:
-    """Parse the body as ``model``: 413 too large, 400 malformed JSON, 422 wrong shape."""
-    data = await read_object(request)
+async def read_json(request: web.Request, model: type[Model], *, allow_empty: bool = False) -> Model:
+    """Parse the body as ``model``: 413 too large, 400 malformed JSON, 422 wrong shape (an empty
+    body is ``{}`` with ``allow_empty``)."""
+    data = await read_object(request, allow_empty=allow_empty)
     try:
         return model.model_validate(data)
     except ValidationError as exc:

@@ -12,9 +12,9 @@ from aiohttp import web
 from service import jsonsafe
 from service.core.events import Event, RunDone, RunError, TextDelta
 from service.core.sessions import Session
-from service.transports.edge.auth import owner_of
+from service.transports.edge.auth import AUTH_KEY, TOKEN_COOKIE, owner_of
 from service.transports.edge.context import context_of
-from service.transports.edge.inputs import AgentRequest, check_length, read_json
+from service.transports.edge.inputs import AgentRequest, TokenRequest, check_length, read_json
 from service.transports.edge.middleware import error_response, json_error
 from service.transports.native.dialects import agent
 from service.transports.stream.follow import ThroughRun
@@ -110,8 +110,41 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
 
+async def issue_token(request: web.Request) -> web.Response:
+    """``POST /auth/token``: trade a key (Bearer) for a short-lived token, also set as a cookie;
+    with a body ``{"sub": "alice"}``, a token for that user of the key's app."""
+    auth = request.app[AUTH_KEY]
+    if not auth.keys:
+        return web.json_response(
+            {"error": "no API keys are configured, so no token is issued here"}, status=404
+        )
+    header = request.headers.get("Authorization", "")
+    scheme, _, value = header.partition(" ")
+    owner = auth.owner_of_key(value.strip()) if scheme.lower() == "bearer" else None
+    if owner is None:
+        return web.json_response(
+            {"error": "a token is issued for an API key only"},
+            status=401,
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    body = await read_json(request, TokenRequest, allow_empty=True)
+    token, expires = auth.issue_token(owner, subject=body.sub)
+    response = web.json_response({"token": token, "expires_at": expires})
+    response.set_cookie(
+        TOKEN_COOKIE,
+        token,
+        max_age=int(auth.token_ttl_s),
+        httponly=True,
+        samesite="Strict",
+        secure=request.secure,
+        path="/",
+    )
+    return response
+
+
 def add_routes(app: web.Application) -> None:
     """Register the JSON routes."""
     app.router.add_post("/agent/run", agent_run)
+    app.router.add_post("/auth/token", issue_token)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
