@@ -289,7 +289,11 @@ def make_services(
             gate=quotas,
             default_max_turns=settings.max_turns,
             max_concurrent=settings.max_concurrent_runs,
-            approvals=ApprovalDesk(sessions, timeout_s=settings.approval_timeout_s),
+            approvals=ApprovalDesk(
+                sessions,
+                timeout_s=settings.approval_timeout_s,
+                client_tool_timeout_s=settings.client_tool_timeout_s,
+            ),
         ),
         agent=agent,
         tools=executor,
@@ -456,7 +460,9 @@ def create_app(
     app[QUOTAS] = services.quotas
 
     async def on_shutdown(app: web.Application) -> None:
-        # Every run writes its terminal event, so each open stream sends it and closes.
+        # Every run writes its terminal event, so each open stream sends it and closes; queued
+        # messages are dropped first, so none starts while the runs end.
+        await services.multitask.shutdown()
         await services.runs.shutdown()
 
     app.cleanup_ctx.append(_resources(services, settings, provider))

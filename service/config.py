@@ -61,6 +61,10 @@ class Settings(BaseSettings):
     # waits before it counts as denied (``expired``). See service/core/approvals.py.
     tools_require_approval: CommaList = Field(default_factory=list)
     approval_timeout_s: float = Field(600.0, gt=0, le=7 * 24 * 3600)
+    # A browser-side tool's call waits this long for the client's result, then gets an error one.
+    client_tool_timeout_s: float = Field(600.0, gt=0, le=7 * 24 * 3600)
+    # Messages that may wait behind a session's running query (multitask_strategy: enqueue).
+    max_queued: int = Field(8, ge=0, le=1000)
     mcp_max_sessions: int = Field(1000, ge=1)
     mcp_session_ttl_s: float = Field(3600.0, gt=0)
     tool_timeout_s: float = Field(30.0, gt=0, le=3600)

@@ -14,6 +14,9 @@
      │    ├── ApprovalConflict     answered otherwise already, or its query ended (409)
      │    │    └── ApprovalsUnanswered  a turn's answers leave some of its approvals out (409)
      │    └── ApprovalInputInvalid an edited input that the tool's schema refuses (422)
+     ├── ConversationError      a message of the conversation cannot be used so (a 4xx)
+     │    ├── MessageNotFound      no message of that id in the session (404)
+     │    └── ClientToolError      a client tool's result for no pending call, or a clash (409/422)
      ├── Overloaded             the instance runs as many queries as it may
      │    └── StreamLimitReached  it holds as many open streams as it may
      ├── SessionLimitReached    the instance holds as many sessions as it may
@@ -108,6 +111,26 @@ class ApprovalInputInvalid(ApprovalError):
     """An answer of the wrong shape, or an edited input that the tool's input schema refuses."""
 
     status = 422
+
+
+class ConversationError(AgentStreamError):
+    """A regenerate, an edit or a client tool's result that the conversation cannot take:
+    ``status`` is the HTTP status that says why, ``code`` the WebSocket error code."""
+
+    status = 409
+    code = "conflict"
+
+
+class MessageNotFound(ConversationError):
+    """The session's conversation holds no message of that id (or not one of the kind asked)."""
+
+    status = 404
+    code = "message_not_found"
+
+
+class ClientToolError(ConversationError):
+    """A result for a client tool call the session does not wait on, or a client tool whose
+    name clashes with one of the service's."""
 
 
 class Overloaded(AgentStreamError):

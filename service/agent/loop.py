@@ -17,12 +17,16 @@ A query's :class:`~service.core.options.RunOptions` may bring tools the client r
 are offered beside the agent's own, and a turn that calls one ends the query there (``done`` with
 ``stop_reason: tool_use``), its calls handed back unanswered; the client's next query brings their
 results (``resume``). Calls to the agent's own tools in that same turn are not run: the client's
-conversation could not carry their results.
+conversation could not carry their results. With ``options.client_tools_wait`` (and a
+``hand_over`` callback from the run manager) the query does not end there: the calls are handed
+to the client and the loop waits for their results as it waits for approvals (see
+:mod:`service.core.approvals`), after running the turn's calls of its own tools, then goes on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import random
 from collections.abc import AsyncIterator, Callable, Collection
@@ -30,9 +34,10 @@ from contextlib import aclosing
 from typing import Any
 
 from service.agent.context import ContextWindow, Window
-from service.agent.query import Query, Turn, close_conversation
+from service.agent.query import Query, Turn
 from service.agent.tools import ToolExecutor, ToolOutcome
-from service.core.approvals import Approver, Decision
+from service.core.approvals import Approver, Decision, HandOver
+from service.core.conversation import for_model
 from service.core.events import (
     ContextTrimmed,
     Event,
@@ -100,6 +105,7 @@ class AgentLoop:
         approve: Approver | None = None,
         sink: Sink | None = None,
         charge: Callable[[Usage], None] | None = None,
+        hand_over: HandOver | None = None,
     ) -> AsyncIterator[Event]:
         """Append ``user_text`` to ``messages`` (unless ``options.resume``) and work until end of
         turn, max tokens, max turns, or a call to one of the client's tools; ``approve`` decides
@@ -132,12 +138,12 @@ class AgentLoop:
                 async for event in self._stream_turn(provider, request, query.turn, current, sink=sink):
                     yield event
             except BaseException as stopped:
-                close_conversation(messages, current)
+                query.close(current, interrupted=isinstance(stopped, asyncio.CancelledError))
                 if charge is not None and isinstance(stopped, asyncio.CancelledError):
                     charge(self._cut_short(window, current))
                 raise
             if current.error is not None:
-                close_conversation(messages, current)
+                query.close(current)
                 for event in query.failed(current, current.error):
                     yield event
                 return
@@ -145,14 +151,17 @@ class AgentLoop:
             assert result is not None
             self.context.learn(window, result.usage.input_tokens)
             yield query.completed(result)
-            if result.stop_reason == "tool_use" and any(
-                use.tool in query.client_names for use in result.tool_uses
+            waits = hand_over is not None and query.options.client_tools_wait
+            if (
+                result.stop_reason == "tool_use"
+                and not waits
+                and any(use.tool in query.client_names for use in result.tool_uses)
             ):
                 for event in query.handed_back(result):
                     yield event
                 return
             if result.stop_reason == "tool_use" and result.tool_uses:
-                async for event in self._tool_step(query, current, result, approve):
+                async for event in self._tool_step(query, current, result, approve, hand_over):
                     yield event
                 continue
             for event in query.answered(result):
@@ -162,7 +171,10 @@ class AgentLoop:
     def _query(self, messages: list[dict[str, Any]], user_text: str, options: RunOptions) -> Query:
         """A query's state before its first turn, the user's text appended to the conversation."""
         if not options.resume:
-            messages.append({"role": "user", "content": [{"text": user_text}]})
+            message: dict[str, Any] = {"role": "user", "content": [{"text": user_text}]}
+            if options.message_id:
+                message["id"] = options.message_id
+            messages.append(message)
         return Query(
             messages=messages,
             options=options,
@@ -175,7 +187,7 @@ class AgentLoop:
         """The planning turn: its plan, or the error that ends the query (``query.over``)."""
         plan = Turn()
         request = ModelRequest(
-            messages=query.messages, system=PLANNING_PROMPT, max_tokens=min(query.max_tokens, 1024)
+            messages=for_model(query.messages), system=PLANNING_PROMPT, max_tokens=min(query.max_tokens, 1024)
         )
         async for event in self._stream_turn(provider, request, 0, plan, emit=False):
             yield event
@@ -206,7 +218,7 @@ class AgentLoop:
                 max_tokens=self.context.max_tokens,
             )
         request = ModelRequest(
-            messages=messages[window.dropped :] if window.dropped else messages,
+            messages=for_model(messages[window.dropped :] if window.dropped else messages),
             system=query.system,
             tool_specs=tool_specs,
             max_tokens=query.max_tokens,
@@ -214,23 +226,33 @@ class AgentLoop:
         return window, request, trimmed
 
     async def _tool_step(
-        self, query: Query, current: Turn, result: TurnResult, approve: Approver | None
+        self,
+        query: Query,
+        current: Turn,
+        result: TurnResult,
+        approve: Approver | None,
+        hand_over: HandOver | None,
     ) -> AsyncIterator[Event]:
-        """Run the turn's tool calls (approved where they need it) and put their results in the
-        conversation for the next turn."""
+        """Run the turn's tool calls (approved where they need it), hand the client's to the
+        client, and put their results in the conversation for the next turn."""
         outcomes: dict[str, ToolOutcome] = {}
+        client = query.client_names if hand_over is not None else frozenset()
         try:
-            async for event in self._run_tools(result, query.turn, outcomes, approve):
+            async for event in self._run_tools(result, query.turn, outcomes, approve, client):
                 yield event
-        except BaseException:
-            close_conversation(query.messages, current)
+            if client:
+                async for event in self._client_tools(result, query.turn, outcomes, client, hand_over):
+                    yield event
+        except BaseException as stopped:
+            query.close(current, interrupted=isinstance(stopped, asyncio.CancelledError))
             raise
-        query.messages.append(result.message)
-        query.messages.append(
+        query.keep(result.message, usage=result.usage)
+        query.keep(
             {
                 "role": "user",
                 "content": [_tool_result_block(outcomes[use.tool_use_id]) for use in result.tool_uses],
-            }
+            },
+            results=True,
         )
         calls = [
             ToolCall(
@@ -339,11 +361,16 @@ class AgentLoop:
         )
 
     async def _run_tools(
-        self, result: TurnResult, turn: int, outcomes: dict[str, ToolOutcome], approve: Approver | None
+        self,
+        result: TurnResult,
+        turn: int,
+        outcomes: dict[str, ToolOutcome],
+        approve: Approver | None,
+        client: frozenset[str] = frozenset(),
     ) -> AsyncIterator[Event]:
-        """Run the turn's tool uses concurrently (those needing approval once it is given);
-        results are told as they come."""
-        uses = result.tool_uses
+        """Run the turn's tool uses concurrently (those needing approval once it is given), the
+        calls of ``client`` tools aside; results are told as they come."""
+        uses = [use for use in result.tool_uses if use.tool not in client]
         decisions = await self._decide(uses, turn, approve)
         runnable = []
         for use in uses:
@@ -380,6 +407,58 @@ class AgentLoop:
                 async for outcome in results:
                     outcomes[outcome.tool_use_id] = outcome
                     yield _result_event(outcome, turn)
+
+    async def _client_tools(
+        self,
+        result: TurnResult,
+        turn: int,
+        outcomes: dict[str, ToolOutcome],
+        client: frozenset[str],
+        hand_over: HandOver,
+    ) -> AsyncIterator[Event]:
+        """Hand the turn's calls of the client's tools to the client and wait for their results
+        (a call whose input the model botched gets its error at once)."""
+        handed = []
+        for use in result.tool_uses:
+            if use.tool not in client:
+                continue
+            if use.input_error:
+                outcomes[use.tool_use_id] = ToolOutcome(
+                    tool=use.tool,
+                    tool_use_id=use.tool_use_id,
+                    input=use.input,
+                    result=use.input_error,
+                    is_error=True,
+                    duration_ms=0.0,
+                )
+                yield _result_event(outcomes[use.tool_use_id], turn)
+            else:
+                handed.append(ToolUse(tool=use.tool, tool_use_id=use.tool_use_id, input=use.input, turn=turn))
+        if not handed:
+            return
+        answers = await hand_over(handed)
+        for use in handed:
+            answer = answers[use.tool_use_id]
+            if answer.error is not None:
+                text, is_error = answer.error or "the tool failed", True
+            else:
+                text, is_error = _output_text(answer.output), False
+            outcomes[use.tool_use_id] = ToolOutcome(
+                tool=use.tool,
+                tool_use_id=use.tool_use_id,
+                input=use.input,
+                result=text,
+                is_error=is_error,
+                duration_ms=0.0,
+            )
+            yield _result_event(outcomes[use.tool_use_id], turn)
+
+
+def _output_text(output: Any) -> str:
+    """A client tool's output as the model is told it: a string as it is, anything else as JSON."""
+    if isinstance(output, str):
+        return output
+    return json.dumps(output, ensure_ascii=False, separators=(",", ":"))
 
 
 def _declined(decision: Decision) -> str:

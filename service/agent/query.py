@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from service.core.conversation import results_message_id, turn_message_id
 from service.core.events import Event, RunDone, RunError, StepCompleted, ToolCall, TurnCompleted, Usage
 from service.core.options import RunOptions
 from service.errors import ProviderError
@@ -39,6 +40,26 @@ class Query:
     @property
     def client_names(self) -> frozenset[str]:
         return self.options.client_tool_names
+
+    def keep(self, message: dict[str, Any], *, usage: Usage | None = None, results: bool = False) -> None:
+        """Add a message of this turn to the conversation, with its id (see
+        :mod:`service.core.conversation`) and the usage of the turn that wrote it."""
+        reply_id = self.options.reply_id
+        if reply_id:
+            message["id"] = (results_message_id if results else turn_message_id)(reply_id, self.turn)
+        if usage is not None:
+            message["usage"] = usage.model_dump()
+        self.messages.append(message)
+
+    def close(self, turn: Turn, *, interrupted: bool = False) -> None:
+        """After a failed or cancelled turn, keep what the user saw of the answer, if anything;
+        an answer cut short by a cancel is marked so."""
+        text = "".join(turn.seen)
+        if text.strip():
+            message: dict[str, Any] = {"role": "assistant", "content": [{"text": text}]}
+            if interrupted:
+                message["interrupted"] = True
+            self.keep(message)
 
     @property
     def step(self) -> int:
@@ -77,7 +98,7 @@ class Query:
     def handed_back(self, result: TurnResult) -> list[Event]:
         """The turn called some of the client's tools: the query ends for the client to run them."""
         names = self.client_names
-        self.messages.append(handed_back(result, names))
+        self.keep(handed_back(result, names), usage=result.usage)
         handed = [use for use in result.tool_uses if use.tool in names]
         return [
             StepCompleted(
@@ -94,7 +115,7 @@ class Query:
 
     def answered(self, result: TurnResult) -> list[Event]:
         """The model answered without tools: the last step and the end of the query."""
-        self.messages.append(assistant_message(result))
+        self.keep(assistant_message(result), usage=result.usage)
         return [
             StepCompleted(turn=self.turn, step_number=self.step, text=result.text, usage=result.usage),
             self.done(
@@ -122,10 +143,3 @@ def handed_back(result: TurnResult, client_names: frozenset[str]) -> dict[str, A
         if "toolUse" not in block or block["toolUse"].get("name") in client_names
     ]
     return {"role": "assistant", "content": content}
-
-
-def close_conversation(messages: list[dict[str, Any]], turn: Turn) -> None:
-    """After a failed or cancelled turn, keep what the user saw of the answer, if anything."""
-    text = "".join(turn.seen)
-    if text.strip():
-        messages.append({"role": "assistant", "content": [{"text": text}]})

@@ -13,6 +13,11 @@ run answers it itself, denied with the reason ``expired``, through the same chec
 person who answers at the last moment and the expiry cannot both win. A cancel while waiting
 cancels the run's task like any other; a restart of the instance leaves the session's claim to
 expire, and the query is then ended as interrupted like any other whose instance went away.
+
+A call of a tool the client runs itself (a browser-side tool) is held the same way
+(:meth:`ApprovalDesk.hand_over`): a ``client_tool_request`` per call, the status ``waiting``, and a
+``client_tool_result`` from whichever tab or instance answers first; unanswered by
+``AGENT_CLIENT_TOOL_TIMEOUT_S``, the call gets an error result and the model goes on.
 """
 
 from __future__ import annotations
@@ -25,12 +30,21 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from service.core.events import Event, ToolApprovalRequest, ToolApprovalResponse, ToolUse
+from service.core.events import (
+    ClientToolRequest,
+    ClientToolResult,
+    Event,
+    ToolApprovalRequest,
+    ToolApprovalResponse,
+    ToolUse,
+)
 from service.core.log import LogEntry
 from service.core.sessions import (
     BY_TIMEOUT,
     RUNNING,
     WAITING,
+    Answer,
+    Request,
     Session,
     SessionStore,
     answer_locally,
@@ -39,6 +53,9 @@ from service.core.sessions import (
 from service.errors import RunLost
 
 EXPIRED = "expired"
+CLIENT_TOOL_TIMED_OUT = (
+    "The client did not return this tool's result in time, so it has none. Answer without it."
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +71,8 @@ class Decision:
 
 # What the agent calls with the tool uses that need approval: their decisions by tool_use_id.
 Approver = Callable[[Sequence[ToolUse]], Awaitable[dict[str, Decision]]]
+# What the agent calls with its uses of the client's tools: their results by tool_use_id.
+HandOver = Callable[[Sequence[ToolUse]], Awaitable[dict[str, ClientToolResult]]]
 
 
 class Clock(Protocol):
@@ -84,10 +103,16 @@ class ApprovalDesk:
     """Asks for approvals on a run's behalf and waits for the answers (see the module docstring)."""
 
     def __init__(
-        self, store: SessionStore | None, *, timeout_s: float = 600.0, clock: Clock | None = None
+        self,
+        store: SessionStore | None,
+        *,
+        timeout_s: float = 600.0,
+        client_tool_timeout_s: float = 600.0,
+        clock: Clock | None = None,
     ) -> None:
         self._store = store
         self.timeout_s = timeout_s
+        self.client_tool_timeout_s = client_tool_timeout_s
         self.clock: Clock = clock or SystemClock()
 
     async def ask(
@@ -111,22 +136,59 @@ class ApprovalDesk:
             )
             for use in uses
         ]
-        entries = await self._set_status(session, fence, WAITING, requests)
-        logged([entry.event for entry in entries])
-        answers = await self._wait(session, requests, entries[-1].id, expires_at)
-        entries = await self._set_status(session, fence, RUNNING, [])
-        logged([entry.event for entry in entries])
+        answers = await self._hold(session, fence, requests, logged, expires_at, _approval_expired)
         return {
             request.tool_use_id: Decision(
                 approved=answers[request.approval_id].approved,
-                reason=answers[request.approval_id].reason,
-                input=answers[request.approval_id].input,
+                reason=answers[request.approval_id].reason,  # type: ignore[union-attr]
+                input=answers[request.approval_id].input,  # type: ignore[union-attr]
                 by=answers[request.approval_id].by,
             )
             for request in requests
         }
 
-    async def answer(self, session: Session, response: ToolApprovalResponse) -> str | None:
+    async def hand_over(
+        self,
+        session: Session,
+        fence: str | None,
+        uses: Sequence[ToolUse],
+        logged: Callable[[list[Event]], None],
+    ) -> dict[str, ClientToolResult]:
+        """Log a request per call of a client tool, wait until each has its result (or an error
+        one at the timeout), and go back to running. The results are by ``tool_use_id``."""
+        expires_at = self.clock.now() + self.client_tool_timeout_s
+        requests = [
+            ClientToolRequest(
+                tool=use.tool,
+                tool_use_id=use.tool_use_id,
+                input=use.input,
+                expires_at=expires_at,
+                turn=use.turn,
+            )
+            for use in uses
+        ]
+        answers = await self._hold(session, fence, requests, logged, expires_at, _client_tool_expired)
+        return {request.tool_use_id: answers[request.approval_id] for request in requests}  # type: ignore[misc]
+
+    async def _hold(
+        self,
+        session: Session,
+        fence: str | None,
+        requests: Sequence[Request],
+        logged: Callable[[list[Event]], None],
+        expires_at: float,
+        expired: Callable[[Request], Answer],
+    ) -> dict[str, Answer]:
+        """Open ``requests`` with the status ``waiting``, wait for their answers, and go back to
+        ``running``; the answers by approval id."""
+        entries = await self._set_status(session, fence, WAITING, list(requests))
+        logged([entry.event for entry in entries])
+        answers = await self._wait(session, requests, entries[-1].id, expires_at, expired)
+        entries = await self._set_status(session, fence, RUNNING, [])
+        logged([entry.event for entry in entries])
+        return answers
+
+    async def answer(self, session: Session, response: Answer) -> str | None:
         """Log ``response`` if its approval is pending (None); else the approval's state."""
         if self._store is not None:
             return await self._store.answer_approval(session, response)
@@ -136,25 +198,33 @@ class ApprovalDesk:
         return state
 
     async def _set_status(
-        self, session: Session, fence: str | None, status: str, requests: list[ToolApprovalRequest]
+        self, session: Session, fence: str | None, status: str, requests: list[Request]
     ) -> list[LogEntry]:
         if self._store is not None:
             return await self._store.set_status(session, fence, status, requests)
         return await open_locally(session, fence, status, requests)
 
     async def _wait(
-        self, session: Session, requests: list[ToolApprovalRequest], after: int, expires_at: float
-    ) -> dict[str, ToolApprovalResponse]:
+        self,
+        session: Session,
+        requests: Sequence[Request],
+        after: int,
+        expires_at: float,
+        expired: Callable[[Request], Answer],
+    ) -> dict[str, Answer]:
         """The answers to ``requests``, as the log tells them; the expiry answers what is left."""
         wanted = {request.approval_id for request in requests}
-        answers: dict[str, ToolApprovalResponse] = {}
+        answers: dict[str, Answer] = {}
 
         async def follow() -> None:
             async with aclosing(session.log.subscribe(after)) as batches:
                 async for batch in batches:
                     for entry in batch:
                         event = entry.event
-                        if isinstance(event, ToolApprovalResponse) and event.approval_id in wanted:
+                        if (
+                            isinstance(event, ToolApprovalResponse | ClientToolResult)
+                            and event.approval_id in wanted
+                        ):
                             answers.setdefault(event.approval_id, event)
                     if len(answers) == len(wanted):
                         return
@@ -164,14 +234,10 @@ class ApprovalDesk:
         try:
             await asyncio.wait({follower, expiry}, return_when=asyncio.FIRST_COMPLETED)
             if not follower.done():
-                for approval_id in wanted - set(answers):
-                    # Lost to a person who answered meanwhile: then the log holds theirs.
-                    await self.answer(
-                        session,
-                        ToolApprovalResponse(
-                            approval_id=approval_id, approved=False, reason=EXPIRED, by=BY_TIMEOUT
-                        ),
-                    )
+                for request in requests:
+                    if request.approval_id not in answers:
+                        # Lost to a person who answered meanwhile: then the log holds theirs.
+                        await self.answer(session, expired(request))
             await follower
         finally:
             for task in (follower, expiry):
@@ -181,3 +247,13 @@ class ApprovalDesk:
             # The log ended (the session was deleted) before every answer came.
             raise RunLost(f"session {session.id} ended while its query waited for an approval")
         return answers
+
+
+def _approval_expired(request: Request) -> Answer:
+    return ToolApprovalResponse(
+        approval_id=request.approval_id, approved=False, reason=EXPIRED, by=BY_TIMEOUT
+    )
+
+
+def _client_tool_expired(request: Request) -> Answer:
+    return ClientToolResult(tool_use_id=request.tool_use_id, error=CLIENT_TOOL_TIMED_OUT, by=BY_TIMEOUT)

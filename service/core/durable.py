@@ -41,13 +41,11 @@ from service.core.events import (
     RunDone,
     RunError,
     StatusChange,
-    ToolApprovalRequest,
-    ToolApprovalResponse,
     is_terminal,
 )
 from service.core.log import LogEntry
 from service.core.records import Page, RunEnd, SessionRecord, SessionRecords
-from service.core.sessions import IDLE, RUNNING, Session, SessionStore, append_unless_closed
+from service.core.sessions import IDLE, RUNNING, Answer, Request, Session, SessionStore, append_unless_closed
 from service.errors import DatabaseUnavailable, SessionNotFound, StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -293,13 +291,13 @@ class DurableSessionStore(SessionStore):
             )
 
     async def set_status(
-        self, session: Session, fence: str | None, status: str, requests: Sequence[ToolApprovalRequest] = ()
+        self, session: Session, fence: str | None, status: str, requests: Sequence[Request] = ()
     ) -> list[LogEntry]:
         # A query waiting for approval is still recorded as running: the record's status says a
         # query is in flight (a restart ends it as interrupted), not why it is paused.
         return await self.live.set_status(session, fence, status, requests)
 
-    async def answer_approval(self, session: Session, response: ToolApprovalResponse) -> str | None:
+    async def answer_approval(self, session: Session, response: Answer) -> str | None:
         return await self.live.answer_approval(session, response)
 
     async def cancel_elsewhere(self, session_id: str) -> bool:

@@ -66,13 +66,21 @@ class _Event(BaseModel):
 
 
 class RunStarted(_Event):
-    """A query began: the user's message is about to go to the model."""
+    """A query began: the user's message is about to go to the model.
+
+    ``message_id`` is the user's message in the conversation (the client's own id where it sent
+    one); ``reply_id`` the assistant's answer to it, which every face streams as its message id
+    (see :mod:`service.core.conversation`). A query that answers a message again (a regenerate)
+    names the message it answers and adds none.
+    """
 
     type: Literal["run_started"] = "run_started"
     run_id: str
     message: str
     max_turns: int
     at: float = Field(default_factory=time.time)
+    message_id: str = ""
+    reply_id: str = ""
 
 
 class TextDelta(_Event):
@@ -243,6 +251,63 @@ class ToolApprovalResponse(_Event):
     input: JsonValue = None
 
 
+class ClientToolRequest(_Event):
+    """A call of a tool the client runs itself waits for the client's result.
+
+    Held like an approval (:mod:`service.core.approvals`): pending in the store under
+    :attr:`approval_id`, answered once by a :class:`ClientToolResult` from any tab or instance,
+    and given an error result at ``expires_at`` (epoch seconds) if nobody answered.
+    """
+
+    type: Literal["client_tool_request"] = "client_tool_request"
+    tool: str
+    tool_use_id: str
+    input: JsonValue
+    expires_at: float
+    turn: int = 1
+
+    @property
+    def approval_id(self) -> str:
+        """The key it is pending under, beside the approvals (whose ids start ``ap_``)."""
+        return client_tool_key(self.tool_use_id)
+
+
+class ClientToolResult(_Event):
+    """The client's result of a :class:`ClientToolRequest`: its ``output`` (any JSON), or an
+    ``error`` the model is told; ``by`` says where it came from (``timeout`` for the expiry's)."""
+
+    type: Literal["client_tool_result"] = "client_tool_result"
+    tool_use_id: str
+    output: JsonValue = None
+    error: str | None = None
+    by: str = ""
+
+    @property
+    def approval_id(self) -> str:
+        return client_tool_key(self.tool_use_id)
+
+    @property
+    def approved(self) -> bool:
+        """As an approval's answer: whether the call succeeded (the stores keep the state)."""
+        return self.error is None
+
+
+def client_tool_key(tool_use_id: str) -> str:
+    """Where a client tool call is kept among a session's approvals."""
+    return f"ct:{tool_use_id}"
+
+
+class ConversationRewound(_Event):
+    """The conversation was cut back to before the message ``message_id`` (a regenerate, an edit,
+    a rollback): ``kept`` messages remain, and ``usage`` is the session's usage counted from them."""
+
+    type: Literal["conversation_rewound"] = "conversation_rewound"
+    message_id: str
+    kept: int
+    removed: int
+    usage: Usage = Field(default_factory=Usage)
+
+
 class ContextTrimmed(_Event):
     """The conversation outgrew the model's window: its oldest whole turns were left out of what
     was sent (the session keeps every message). Logged when the number left out changes."""
@@ -278,6 +343,9 @@ Event = Annotated[
     | RunError
     | ToolApprovalRequest
     | ToolApprovalResponse
+    | ClientToolRequest
+    | ClientToolResult
+    | ConversationRewound
     | ContextTrimmed
     | StatusChange,
     Field(discriminator="type"),

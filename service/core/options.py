@@ -27,6 +27,15 @@ class RunOptions:
     - ``approvals``: False when nobody can answer a tool approval for this query (the client's
       protocol has no way to): a call that needs one is declined at once, its error result
       telling the model why, rather than waiting until ``AGENT_APPROVAL_TIMEOUT_S``.
+    - ``client_tools_wait``: a call of a client tool waits for its result as an approval waits
+      (status ``waiting``, answered once from any tab, an error result after
+      ``AGENT_CLIENT_TOOL_TIMEOUT_S``) and the same query goes on, rather than ending the query
+      for the client's next one to carry the result (as OpenAI's Chat Completions do).
+    - ``message_id``: the id of the user's message (the client's own); one is made without it.
+    - ``reply_id``: the id of the answer; one is made without it.
+    - ``rewind_to``: cut the conversation back to before the message of that id first (see
+      :mod:`service.core.conversation`): with ``resume``, a regenerate of the answer it names;
+      without, an edit of the user's message it names.
     """
 
     client_tools: tuple[dict[str, Any], ...] = ()
@@ -34,6 +43,10 @@ class RunOptions:
     max_tokens: int | None = None
     resume: bool = False
     approvals: bool = True
+    client_tools_wait: bool = False
+    message_id: str = ""
+    reply_id: str = ""
+    rewind_to: str = ""
 
     @property
     def client_tool_names(self) -> frozenset[str]:

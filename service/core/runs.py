@@ -14,13 +14,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
 import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
+from service.core import conversation
 from service.core.approvals import ApprovalDesk, Approver
 from service.core.committer import Committer
+from service.core.conversation import rewind, text_of
 from service.core.events import (
     Event,
     PlanCreated,
@@ -45,7 +48,7 @@ from service.core.sessions import (
     append_unless_closed,
     close_approvals,
 )
-from service.errors import Overloaded, RunInProgress, RunLost, StoreUnavailable
+from service.errors import MessageNotFound, Overloaded, RunInProgress, RunLost, StoreUnavailable
 from service.logs import run_id_var, session_id_var
 
 log = logging.getLogger(__name__)
@@ -111,6 +114,9 @@ class RunManager:
             raise RunInProgress(session.id)
         if len(self._runs) >= self._max_concurrent:
             raise Overloaded(f"{self._max_concurrent} queries are already running")
+        options = with_ids(options or RunOptions())
+        if options.rewind_to:
+            rewind_index(session.messages, options)  # refused before anything is held
         run = Run(
             id=secrets.token_hex(8),
             session=session,
@@ -136,8 +142,25 @@ class RunManager:
             session.status = RUNNING
             session.run_id = run.id
             session.touch()
+            message_id = options.message_id
+            if options.rewind_to:
+                # Checked again now that the run holds the session: another tab may have cut it.
+                index = rewind_index(session.messages, options)
+                rewound = rewind(session.messages, index, session.usage)
+                session.usage = rewound.usage
+                await session.log.append(rewound, fence=run.fence)
+                if options.resume:
+                    run.message = session.run_message = message = text_of(session.messages[-1])
+                    message_id = conversation.message_id(session.messages, len(session.messages) - 1)
             started = await session.log.append(
-                RunStarted(run_id=run.id, message=message, max_turns=run.max_turns), fence=run.fence
+                RunStarted(
+                    run_id=run.id,
+                    message=message,
+                    max_turns=run.max_turns,
+                    message_id=message_id,
+                    reply_id=options.reply_id,
+                ),
+                fence=run.fence,
             )
             session.run_start_id = started.id
             await session.log.append(StatusChange(status=RUNNING), fence=run.fence)
@@ -382,6 +405,16 @@ class RunManager:
         extra: dict[str, Any] = {"charge": lambda usage: self._charge_cut_turn(run, usage)}
         if sink is not None:
             extra["sink"] = sink
+        if desk is not None and run.options is not None and run.options.client_tools_wait:
+
+            async def hand_over(uses: Any) -> Any:
+                if committer is not None:
+                    await committer.drain()
+                return await desk.hand_over(
+                    session, run.fence, uses, lambda events: self._logged(run, events)
+                )
+
+            extra["hand_over"] = hand_over
         # Without an approver the agent declines the calls that need one, and says why.
         if desk is not None and (run.options is None or run.options.approvals):
 
@@ -430,6 +463,30 @@ class RunManager:
         else:
             close_approvals(run.session)
             await append_unless_closed(run.session.log, events)
+
+
+def with_ids(options: RunOptions) -> RunOptions:
+    """``options`` with the ids of the query's messages filled in: the user's (unless the query
+    adds none) and the answer's."""
+    message_id = options.message_id or ("" if options.resume else conversation.new_message_id())
+    reply_id = options.reply_id or conversation.new_message_id()
+    if message_id == options.message_id and reply_id == options.reply_id:
+        return options
+    return dataclasses.replace(options, message_id=message_id, reply_id=reply_id)
+
+
+def rewind_index(messages: list[dict[str, Any]], options: RunOptions) -> int:
+    """Where a query's rewind cuts ``messages``: before the answer it regenerates (``resume``)
+    or before the user's message it edits. :class:`MessageNotFound` when the conversation holds
+    no such message."""
+    wanted = options.rewind_to
+    index = conversation.find(messages, wanted)
+    if options.resume:
+        if index is None or not conversation.answer_starts(messages, index):
+            raise MessageNotFound(f"this session holds no answer with the id {wanted!r} to regenerate")
+    elif index is None or not conversation.is_user_text(messages[index]):
+        raise MessageNotFound(f"this session holds no message of the user with the id {wanted!r} to edit")
+    return index
 
 
 async def _settle(committer: Committer, run: Run) -> None:

@@ -19,7 +19,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.core.events import Event, StatusChange, ToolApprovalRequest, ToolApprovalResponse, Usage
+from service.core.events import (
+    ClientToolRequest,
+    ClientToolResult,
+    Event,
+    StatusChange,
+    ToolApprovalRequest,
+    ToolApprovalResponse,
+    Usage,
+)
 from service.core.log import EventLog, LogEntry, MemoryEventLog
 from service.core.records import SessionRecord
 from service.errors import QuotaExceeded, SessionExists, SessionLimitReached, SessionNotFound
@@ -35,8 +43,12 @@ PENDING, APPROVED, DENIED, CLOSED, EXPIRED = "p", "1", "0", "x", "e"
 # Who answers an approval nobody answered in time (the answer is a denial).
 BY_TIMEOUT = "timeout"
 
+# What a query waits on, held alike: a person's approval, or a client tool's result.
+Request = ToolApprovalRequest | ClientToolRequest
+Answer = ToolApprovalResponse | ClientToolResult
 
-def answered_state(response: ToolApprovalResponse) -> str:
+
+def answered_state(response: Answer) -> str:
     """The state an answer leaves its approval in: an expiry's denial is kept apart from a
     person's, so that a late answer is told it came too late rather than taken as a repeat."""
     if response.by == BY_TIMEOUT:
@@ -67,7 +79,7 @@ class Session:
     # Tool approvals by id: their state (PENDING, APPROVED, DENIED, EXPIRED, or CLOSED once the query that
     # asked ended unanswered), and the requests still pending.
     approvals: dict[str, str] = field(default_factory=dict)
-    approval_requests: dict[str, ToolApprovalRequest] = field(default_factory=dict)
+    approval_requests: dict[str, Request] = field(default_factory=dict)
 
     def touch(self) -> None:
         """Note activity, for the idle time-to-live."""
@@ -83,12 +95,20 @@ class Session:
         return [
             request
             for approval_id, request in self.approval_requests.items()
-            if self.approvals.get(approval_id) == PENDING
+            if type(request) is ToolApprovalRequest and self.approvals.get(approval_id) == PENDING
+        ]
+
+    def pending_client_tools(self) -> list[ClientToolRequest]:
+        """The client tool calls whose results have not come yet, oldest first."""
+        return [
+            request
+            for approval_id, request in self.approval_requests.items()
+            if type(request) is ClientToolRequest and self.approvals.get(approval_id) == PENDING
         ]
 
 
 async def open_locally(
-    session: Session, fence: str | None, status: str, requests: list[ToolApprovalRequest]
+    session: Session, fence: str | None, status: str, requests: Sequence[Request]
 ) -> list[LogEntry]:
     """Mark ``requests`` pending, set the status, and log the requests and the status change:
     the default of :meth:`SessionStore.set_waiting`, for a store one process owns."""
@@ -99,7 +119,7 @@ async def open_locally(
     return await session.log.append_many([*requests, StatusChange(status=status)], fence=fence)
 
 
-def answer_locally(session: Session, response: ToolApprovalResponse) -> str | None:
+def answer_locally(session: Session, response: Answer) -> str | None:
     """Take ``response`` if its approval is pending (then None, and the caller logs it); else the
     approval's state as it stands (APPROVED, DENIED, EXPIRED, CLOSED), or "" with nothing known of it."""
     state = session.approvals.get(response.approval_id)
@@ -256,13 +276,13 @@ class SessionStore(abc.ABC):
         session.ids_renew_at = 0
 
     async def set_status(
-        self, session: Session, fence: str | None, status: str, requests: Sequence[ToolApprovalRequest] = ()
+        self, session: Session, fence: str | None, status: str, requests: Sequence[Request] = ()
     ) -> list[LogEntry]:
-        """In one step: record ``requests`` as pending approvals, make ``status`` the session's,
+        """In one step: record ``requests`` as pending (approvals or client tool calls), make ``status`` the session's,
         and log the requests then a ``status_change``; the run's claim is the fence."""
-        return await open_locally(session, fence, status, list(requests))
+        return await open_locally(session, fence, status, requests)
 
-    async def answer_approval(self, session: Session, response: ToolApprovalResponse) -> str | None:
+    async def answer_approval(self, session: Session, response: Answer) -> str | None:
         """Log ``response`` if its approval is still pending, checked and logged in one step
         whichever instance answers, so an approval is answered once. Returns None when it was
         taken; otherwise the approval's state (APPROVED, DENIED, EXPIRED, CLOSED), or "" for an

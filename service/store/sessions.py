@@ -12,21 +12,16 @@ from typing import Any
 
 from redis.exceptions import RedisError, ResponseError
 
-from service.core.events import (
-    Event,
-    StatusChange,
-    ToolApprovalRequest,
-    ToolApprovalResponse,
-    Usage,
-    is_terminal,
-)
+from service.core.events import EVENT_ADAPTER, Event, StatusChange, Usage, is_terminal
 from service.core.log import LogEntry, entry_bytes
 from service.core.records import SessionRecord
 from service.core.sessions import (
     IDLE,
     PENDING,
     RUNNING,
+    Answer,
     MemorySessionStore,
+    Request,
     Session,
     SessionStore,
     answered_state,
@@ -114,7 +109,7 @@ class RedisSessionStore(SessionStore):
         status = fields.get("status", IDLE)
         approvals = {name[3:]: value for name, value in fields.items() if name.startswith("ap:")}
         requests = {
-            name[3:]: ToolApprovalRequest.model_validate_json(value)
+            name[3:]: EVENT_ADAPTER.validate_json(value)
             for name, value in fields.items()
             if name.startswith("aq:")
         }
@@ -245,7 +240,7 @@ class RedisSessionStore(SessionStore):
             raise
 
     async def set_status(
-        self, session: Session, fence: str | None, status: str, requests: Sequence[ToolApprovalRequest] = ()
+        self, session: Session, fence: str | None, status: str, requests: Sequence[Request] = ()
     ) -> list[LogEntry]:
         if self._is_local(session) or fence is None:
             return await super().set_status(session, fence, status, requests)
@@ -284,7 +279,7 @@ class RedisSessionStore(SessionStore):
             tail.stored(entries)  # as an append's: the followers have them at once
         return entries
 
-    async def answer_approval(self, session: Session, response: ToolApprovalResponse) -> str | None:
+    async def answer_approval(self, session: Session, response: Answer) -> str | None:
         if self._is_local(session):
             return await super().answer_approval(session, response)
         backend = self.backend

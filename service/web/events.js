@@ -21,5 +21,8 @@ export const EVENT_TYPES = Object.freeze([
   "error",
   "tool_approval_request",
   "tool_approval_response",
+  "client_tool_request",
+  "client_tool_result",
+  "conversation_rewound",
   "heartbeat",
 ]);

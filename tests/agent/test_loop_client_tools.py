@@ -12,6 +12,7 @@ from typing import Any
 
 from service.agent.loop import AgentLoop
 from service.agent.tools import FunctionTool, ToolExecutor
+from service.core.conversation import for_model
 from service.core.events import Event, RunDone, ToolExecuting, ToolResult, Usage
 from service.core.options import RunOptions
 from service.providers.base import ModelRequest, PendingToolUse, TurnResult
@@ -96,7 +97,7 @@ async def test_a_turn_calling_a_client_tool_ends_the_query_unrun() -> None:
     assert [spec["name"] for spec in request.tool_specs] == ["ping", "get_weather"]
     assert request.tool_specs[-1] is WEATHER
     # The conversation keeps the call the client answers next, not the own call left unrun.
-    assert messages[-1] == {
+    assert for_model(messages)[-1] == {
         "role": "assistant",
         "content": [
             {"text": "Checking."},
@@ -119,7 +120,7 @@ async def test_a_query_resumes_from_the_clients_results() -> None:
     events = await run(loop(provider, ran), messages, "", RunOptions(client_tools=(WEATHER,), resume=True))
     assert isinstance(events[-1], RunDone) and events[-1].output == "Sunny."
     assert provider.requests[0].messages[-1]["content"][0]["toolResult"]["toolUseId"] == "t2"  # no text added
-    assert messages[-1] == {"role": "assistant", "content": [{"text": "Sunny."}]}
+    assert for_model(messages)[-1] == {"role": "assistant", "content": [{"text": "Sunny."}]}
 
 
 async def test_without_client_tools_own_tools_run_as_before() -> None:

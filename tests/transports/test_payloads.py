@@ -21,7 +21,10 @@ from jsonschema.exceptions import ValidationError, best_match
 from service.app import build_spec
 from service.config import Settings
 from service.core.events import (
+    ClientToolRequest,
+    ClientToolResult,
     ContextTrimmed,
+    ConversationRewound,
     Event,
     PlanCreated,
     ReasoningDelta,
@@ -56,6 +59,7 @@ CALLS = [
 # Every kind of canonical event, each optional part both present and absent somewhere.
 EVENTS: list[Event] = [
     RunStarted(run_id="r1", message="What is 2+3?", max_turns=5),
+    RunStarted(run_id="r2", message="Again", max_turns=5, message_id="u1", reply_id="msg_a"),
     StatusChange(status="running"),
     PlanCreated(plan="1. add", usage=USAGE),
     TextDelta(text="Five"),
@@ -83,6 +87,10 @@ EVENTS: list[Event] = [
     ToolApprovalResponse(approval_id="ap_2", approved=False, reason="expired", by="timeout"),
     StatusChange(status="waiting"),
     StatusChange(status="idle"),
+    ClientToolRequest(tool="get_location", tool_use_id="t3", input={}, expires_at=2.5),
+    ClientToolResult(tool_use_id="t3", output={"city": "Lyon"}, by="http"),
+    ClientToolResult(tool_use_id="t4", error="denied by the browser", by="ai-sdk"),
+    ConversationRewound(message_id="u1", kept=2, removed=4, usage=USAGE),
     ContextTrimmed(turn=1, dropped_messages=4, kept_messages=3, estimated_tokens=900, max_tokens=1000),
 ]
 
@@ -202,6 +210,9 @@ def test_each_dialect_emits_only_what_its_schema_declares(spec: dict[str, Any]) 
             "error",
             "tool_approval_request",
             "tool_approval_response",
+            "client_tool_request",
+            "client_tool_result",
+            "conversation_rewound",
         },
         "steps": {"message", "step", "final", "done", "error"},
     }

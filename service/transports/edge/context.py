@@ -18,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from service.config import Settings
+from service.core.multitask import Multitask
 from service.core.options import RunOptions
 from service.core.runs import RunManager
 from service.core.sessions import Session, SessionStore
@@ -55,6 +56,11 @@ class Context:
     # The JSON schema of an offered tool's input by its name (None: no such tool), so an
     # approver's edited input is checked before the tool gets it; the app wires the tools'.
     tool_schema: Callable[[str], dict[str, Any] | None] = field(default=lambda name: None)
+    # Messages sent while a query runs (``multitask_strategy``), and this instance's queues.
+    multitask: Multitask = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.multitask = Multitask(self.runs, max_queued=self.settings.max_queued)
 
     @contextlib.asynccontextmanager
     async def stream_slot(self, transport: str, owner: str | None = None) -> AsyncIterator[None]:

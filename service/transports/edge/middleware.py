@@ -15,6 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from service.errors import (
+    ConversationError,
     DatabaseUnavailable,
     EventsPurged,
     Overloaded,
@@ -172,6 +173,8 @@ def _error_answer(request: web.Request, exc: Exception) -> web.StreamResponse:
         return response
     if isinstance(exc, EventsPurged):
         return error_response(410, str(exc), oldest_id=exc.oldest_id)
+    if isinstance(exc, ConversationError):
+        return error_response(exc.status, str(exc), code=exc.code)
     if isinstance(exc, tuple(_DOMAIN_ERRORS)):
         status, message = _DOMAIN_ERRORS[type(exc)]
         code = _UNAVAILABLE_CODES.get(type(exc))

@@ -156,12 +156,50 @@ class ApprovalResponse(Logged):
     toolInput: NotRequired[Any]
 
 
+class ClientToolRequest(Logged):
+    """A call of a tool the client runs itself (a browser-side tool) waits for its result:
+    `POST /sessions/{id}/tool-results/{toolUseId}` before `expires_at` (epoch seconds), or the call
+    gets an error result and the model goes on."""
+
+    type: Literal["client_tool_request"]
+    toolUseId: str
+    toolName: str
+    toolInput: Any
+    expires_at: float
+
+
+class ClientToolResult(Logged):
+    """A client tool's result, logged once: its `output`, or its `error`; `by` says where it came
+    from (`http`, `ws`, `ai-sdk`, `ag-ui`, or `timeout`)."""
+
+    type: Literal["client_tool_result"]
+    toolUseId: str
+    output: NotRequired[Any]
+    error: NotRequired[str]
+    by: str
+
+
+class ConversationRewound(Logged):
+    """The conversation was cut back to before the message `message_id` (a regenerate, an edit, a
+    rollback): `kept` messages remain (`removed` went), and `usage` is the session's usage counted
+    from them. A client showing the conversation drops that message and everything after it."""
+
+    type: Literal["conversation_rewound"]
+    message_id: str
+    kept: Count
+    removed: Count
+    usage: Usage
+
+
 class Processing(Logged):
-    """A query began."""
+    """A query began: `message_id` is the user's message (the client's own id where it sent one),
+    `reply_id` the answer's, the id each face streams for it."""
 
     type: Literal["processing"]
     run_id: str
     message: str
+    message_id: NotRequired[str]
+    reply_id: NotRequired[str]
 
 
 class TurnUsage(Logged):
@@ -253,7 +291,10 @@ SessionPayload = TypeAliasType(
         | SessionDone
         | SessionError
         | ApprovalRequest
-        | ApprovalResponse,
+        | ApprovalResponse
+        | ClientToolRequest
+        | ClientToolResult
+        | ConversationRewound,
         Field(
             discriminator="type", description="An event in the **session** dialect; `type` names its shape."
         ),

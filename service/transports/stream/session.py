@@ -13,7 +13,10 @@ from collections.abc import Callable
 from typing import Any
 
 from service.core.events import (
+    ClientToolRequest,
+    ClientToolResult,
     ContextTrimmed,
+    ConversationRewound,
     Event,
     PlanCreated,
     ReasoningDelta,
@@ -158,6 +161,48 @@ def _approval_response(event: ToolApprovalResponse) -> payloads.SessionPayload:
     return answer
 
 
+def _client_tool_request(event: ClientToolRequest) -> payloads.SessionPayload:
+    return {
+        "type": "client_tool_request",
+        "toolUseId": event.tool_use_id,
+        "toolName": event.tool,
+        "toolInput": event.input,
+        "expires_at": event.expires_at,
+    }
+
+
+def _client_tool_result(event: ClientToolResult) -> payloads.SessionPayload:
+    result: payloads.ClientToolResult = {
+        "type": "client_tool_result",
+        "toolUseId": event.tool_use_id,
+        "by": event.by,
+    }
+    if event.error is not None:
+        result["error"] = event.error
+    else:
+        result["output"] = event.output
+    return result
+
+
+def _started(event: RunStarted) -> payloads.SessionPayload:
+    payload: payloads.Processing = {"type": "processing", "run_id": event.run_id, "message": event.message}
+    if event.message_id:
+        payload["message_id"] = event.message_id
+    if event.reply_id:
+        payload["reply_id"] = event.reply_id
+    return payload
+
+
+def _rewound(event: ConversationRewound) -> payloads.SessionPayload:
+    return {
+        "type": "conversation_rewound",
+        "message_id": event.message_id,
+        "kept": event.kept,
+        "removed": event.removed,
+        "usage": usage_dict(event.usage),
+    }
+
+
 def _error(event: RunError) -> payloads.SessionPayload:
     return {
         "type": "error",
@@ -179,7 +224,7 @@ SESSION: dict[type[Event], Callable[[Any], payloads.SessionPayload]] = {
     ToolResult: _tool_result,
     ReasoningDelta: lambda e: {"type": "reasoning_text", "text": e.text},
     StatusChange: lambda e: {"type": "status_change", "status": e.status},
-    RunStarted: lambda e: {"type": "processing", "run_id": e.run_id, "message": e.message},
+    RunStarted: _started,
     TurnCompleted: _turn,
     PlanCreated: lambda e: {"type": "plan", "plan": e.plan, "usage": usage_dict(e.usage)},
     ContextTrimmed: _trimmed,
@@ -187,6 +232,9 @@ SESSION: dict[type[Event], Callable[[Any], payloads.SessionPayload]] = {
     RunDone: lambda e: {"type": "done", **done_fields(e)},
     ToolApprovalRequest: _approval_request,
     ToolApprovalResponse: _approval_response,
+    ClientToolRequest: _client_tool_request,
+    ClientToolResult: _client_tool_result,
+    ConversationRewound: _rewound,
     RunError: _error,
 }
 
@@ -203,6 +251,11 @@ def session(event: Event) -> payloads.SessionPayload:
 def pending_approvals(session_: Session) -> list[dict[str, Any]]:
     """The session's approvals that wait for an answer, as ``tool_approval_request`` payloads."""
     return [session(request) for request in session_.pending_approvals()]  # type: ignore[misc]
+
+
+def pending_client_tools(session_: Session) -> list[dict[str, Any]]:
+    """The session's client tool calls that wait for a result, as ``client_tool_request`` payloads."""
+    return [session(request) for request in session_.pending_client_tools()]  # type: ignore[misc]
 
 
 def session_frame(entry: LogEntry) -> tuple[str, str]:
