@@ -16,7 +16,9 @@
      │    └── ApprovalInputInvalid an edited input that the tool's schema refuses (422)
      ├── ConversationError      a message of the conversation cannot be used so (a 4xx)
      │    ├── MessageNotFound      no message of that id in the session (404)
-     │    └── ClientToolError      a client tool's result for no pending call, or a clash (409/422)
+     │    ├── ClientToolError      a client tool's result that cannot be taken (409)
+     │    │    └── ClientToolNotFound  no such call in the session (404)
+     │    └── ClientToolsInvalid   client tools that cannot be offered (422)
      ├── Overloaded             the instance runs as many queries as it may
      │    └── StreamLimitReached  it holds as many open streams as it may
      ├── SessionLimitReached    the instance holds as many sessions as it may
@@ -129,8 +131,22 @@ class MessageNotFound(ConversationError):
 
 
 class ClientToolError(ConversationError):
-    """A result for a client tool call the session does not wait on, or a client tool whose
-    name clashes with one of the service's."""
+    """A client tool's result that cannot be taken: its call has its result already, or its query
+    ended, or the request leaves some of the calls the query waits on unanswered (409)."""
+
+
+class ClientToolNotFound(ClientToolError):
+    """The session has no client tool call of that id."""
+
+    status = 404
+    code = "not_found"
+
+
+class ClientToolsInvalid(ConversationError):
+    """Client tools that cannot be offered: a name given twice, or one of the service's own."""
+
+    status = 422
+    code = "invalid_tools"
 
 
 class Overloaded(AgentStreamError):

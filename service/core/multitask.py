@@ -64,6 +64,7 @@ class Multitask:
         self.max_queued = max_queued
         self._queues: dict[str, deque[_Queued]] = {}
         self._drainers: dict[str, asyncio.Task[None]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
 
     def queued(self, session_id: str) -> int:
         """How many messages wait on this instance behind the session's query."""
@@ -81,30 +82,56 @@ class Multitask:
         if strategy == ENQUEUE:
             return await self._enqueue(session, message, max_turns, options)
         if strategy in (INTERRUPT, ROLLBACK):
-            for attempt in range(_INTERRUPT_TRIES):
-                # After a first try lost to another sender's query, that one is stopped too.
-                if attempt or session.active or self.runs.get(session.id) is not None:
-                    options = await self._stop(session, options, rollback=strategy == ROLLBACK)
-                try:
-                    return _now(await self.runs.start(session, message, max_turns, options))
-                except RunInProgress:
-                    if attempt == _INTERRUPT_TRIES - 1:
-                        raise
+            # One at a time per session here: a second interrupt stops the query the first
+            # started, not one still starting (another instance's is retried below).
+            lock = self._locks.setdefault(session.id, asyncio.Lock())
+            try:
+                async with lock:
+                    return await self._interrupt(session, message, max_turns, options, strategy == ROLLBACK)
+            finally:
+                if not lock.locked():
+                    self._locks.pop(session.id, None)
         return _now(await self.runs.start(session, message, max_turns, options))
+
+    async def _interrupt(
+        self,
+        session: Session,
+        message: str,
+        max_turns: int | None,
+        options: RunOptions | None,
+        rollback: bool,
+    ) -> Sent:
+        for attempt in range(_INTERRUPT_TRIES):
+            # After a first try lost to another sender's query, that one is stopped too.
+            if attempt or session.active or self.runs.get(session.id) is not None:
+                options = await self._stop(session, options, rollback=rollback)
+            try:
+                return _now(await self.runs.start(session, message, max_turns, options))
+            except RunInProgress:
+                if attempt == _INTERRUPT_TRIES - 1:
+                    raise
+        raise AssertionError("unreachable")
 
     async def _stop(
         self, session: Session, options: RunOptions | None, *, rollback: bool
     ) -> RunOptions | None:
-        """Cancel the session's query; for a rollback, ``options`` that also rewind its message."""
+        """Cancel the session's query; for a rollback, ``options`` that also rewind its message
+        (if the conversation still holds it: a query cancelled before it said anything may have
+        left nothing, and a rollback sent at the same moment may have taken it already)."""
         wanted = ""
-        if rollback and session.run_start_id:
-            entries = await session.log.read(session.run_start_id - 1, 1, strict=False)
-            if entries and isinstance(entries[0].event, RunStarted):
-                wanted = entries[0].event.message_id
+        if rollback:
+            local = self.runs.get(session.id)
+            start_id = local.start_id if local is not None else session.run_start_id
+            if start_id:
+                entries = await session.log.read(start_id - 1, 1, strict=False)
+                if entries and isinstance(entries[0].event, RunStarted):
+                    wanted = entries[0].event.message_id
         await self.runs.cancel(session.id)
         if not wanted or (options is not None and options.rewind_to):
             return options
-        return dataclasses.replace(options or RunOptions(), rewind_to=wanted, resume=False)
+        return dataclasses.replace(
+            options or RunOptions(), rewind_to=wanted, resume=False, rewind_if_held=True
+        )
 
     async def _enqueue(
         self, session: Session, message: str, max_turns: int | None, options: RunOptions | None

@@ -36,6 +36,8 @@ class RunOptions:
     - ``rewind_to``: cut the conversation back to before the message of that id first (see
       :mod:`service.core.conversation`): with ``resume``, a regenerate of the answer it names;
       without, an edit of the user's message it names.
+    - ``rewind_if_held``: a ``rewind_to`` the conversation no longer holds is skipped rather than
+      refused (a rollback's: the message it would cut may be gone already).
     """
 
     client_tools: tuple[dict[str, Any], ...] = ()
@@ -47,6 +49,7 @@ class RunOptions:
     message_id: str = ""
     reply_id: str = ""
     rewind_to: str = ""
+    rewind_if_held: bool = False
 
     @property
     def client_tool_names(self) -> frozenset[str]:

@@ -71,6 +71,9 @@ class Run:
     progress: Progress = field(default_factory=Progress)
     options: RunOptions | None = None
     taken: int = 0  # events taken from the agent: the newest has id run_start_id + 1 + taken
+    # The id of its run_started event, and of the first event it logged (a rewind's, if any).
+    start_id: int = 0
+    first_id: int = 0
 
     async def wait(self) -> None:
         """Return once the run has written its terminal event."""

@@ -115,8 +115,6 @@ class RunManager:
         if len(self._runs) >= self._max_concurrent:
             raise Overloaded(f"{self._max_concurrent} queries are already running")
         options = with_ids(options or RunOptions())
-        if options.rewind_to:
-            rewind_index(session.messages, options)  # refused before anything is held
         run = Run(
             id=secrets.token_hex(8),
             session=session,
@@ -143,12 +141,11 @@ class RunManager:
             session.run_id = run.id
             session.touch()
             message_id = options.message_id
-            if options.rewind_to:
-                # Checked again now that the run holds the session: another tab may have cut it.
-                index = rewind_index(session.messages, options)
+            index = rewind_index(session.messages, options) if options.rewind_to else None
+            if index is not None:
                 rewound = rewind(session.messages, index, session.usage)
                 session.usage = rewound.usage
-                await session.log.append(rewound, fence=run.fence)
+                run.first_id = (await session.log.append(rewound, fence=run.fence)).id
                 if options.resume:
                     run.message = session.run_message = message = text_of(session.messages[-1])
                     message_id = conversation.message_id(session.messages, len(session.messages) - 1)
@@ -162,7 +159,8 @@ class RunManager:
                 ),
                 fence=run.fence,
             )
-            session.run_start_id = started.id
+            session.run_start_id = run.start_id = started.id
+            run.first_id = run.first_id or started.id
             await session.log.append(StatusChange(status=RUNNING), fence=run.fence)
             self._observer.run_started(run.id, appended=2)
         except BaseException:
@@ -475,12 +473,16 @@ def with_ids(options: RunOptions) -> RunOptions:
     return dataclasses.replace(options, message_id=message_id, reply_id=reply_id)
 
 
-def rewind_index(messages: list[dict[str, Any]], options: RunOptions) -> int:
+def rewind_index(messages: list[dict[str, Any]], options: RunOptions) -> int | None:
     """Where a query's rewind cuts ``messages``: before the answer it regenerates (``resume``)
     or before the user's message it edits. :class:`MessageNotFound` when the conversation holds
-    no such message."""
+    no such message (None with ``rewind_if_held``). Checked once the run holds the session, on the
+    conversation as it stands then: another tab may have cut it, and a shared store's copy is
+    read afresh by the claim."""
     wanted = options.rewind_to
     index = conversation.find(messages, wanted)
+    if index is None and options.rewind_if_held:
+        return None
     if options.resume:
         if index is None or not conversation.answer_starts(messages, index):
             raise MessageNotFound(f"this session holds no answer with the id {wanted!r} to regenerate")

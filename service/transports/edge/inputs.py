@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from aiohttp import web
 from pydantic import (
@@ -22,6 +22,7 @@ from pydantic import (
     Field,
     StrictBool,
     ValidationError,
+    model_validator,
 )
 
 from service import jsonsafe
@@ -79,6 +80,15 @@ def check_text_param(request: web.Request, name: str) -> str | None:
     return value
 
 
+def _unicode(value: Any) -> Any:
+    # A lone surrogate (escaped in the JSON) can be neither stored nor sent.
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("must be valid Unicode text (no lone surrogates)") from None
+    return value
+
+
 def _not_blank(value: str) -> str:
     if not value.strip():
         raise ValueError("must not be blank")
@@ -126,22 +136,84 @@ class TokenRequest(BaseModel):
     sub: Annotated[Text, Field(max_length=256)] | None = None
 
 
-class MessageRequest(BaseModel):
-    """Body of ``POST /sessions/{id}/messages``."""
+# What a second message does while a query runs (see service/core/multitask.py).
+Strategy = Literal["reject", "enqueue", "interrupt", "rollback"]
+# A message id a client chooses (an AI SDK or AG-UI message id), in the alphabet of a session id's.
+MessageId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")]
+
+
+def _json_value(value: Any) -> Any:
+    if not jsonsafe.finite(value):
+        raise ValueError("must not hold NaN or an infinite number")
+    if holds_nul(value):
+        raise ValueError(NUL_REFUSED)
+    return _unicode(value)
+
+
+JsonValue = Annotated[Any, AfterValidator(_json_value)]
+
+
+class ClientTool(BaseModel):
+    """A tool the client runs itself (a browser-side tool), offered to the model beside the
+    service's own; its calls wait for the client's result."""
 
     model_config = ConfigDict(extra="ignore")
 
-    content: Text
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+    description: Annotated[str, Field(max_length=10_000), AfterValidator(_unicode)] = ""
+    input_schema: Annotated[dict[str, Any], AfterValidator(_json_value)] = Field(
+        default_factory=lambda: {"type": "object", "properties": {}},
+        description="The JSON schema of the tool's input.",
+    )
+
+
+ClientTools = Annotated[list[ClientTool], Field(max_length=64)]
+
+
+class MessageRequest(BaseModel):
+    """Body of ``POST /sessions/{id}/messages`` (and the WebSocket ``message``).
+
+    ``content`` is the new message, or the edited text of the message ``edit`` names (the
+    conversation is cut back to before it first); ``regenerate`` (an answer's id, or ``true`` for
+    the last) answers that answer's question again and takes no content.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    content: Text | None = None
     max_turns: MaxTurns = None
+    id: MessageId | None = Field(None, description="The new message's id (the client's own).")
+    edit: MessageId | None = Field(None, description="The id of an earlier message of the user's to replace.")
+    regenerate: MessageId | Literal[True] | None = Field(
+        None, description="The id of an answer to give again (`true`: the last answer)."
+    )
+    multitask_strategy: Strategy = "reject"
+    tools: ClientTools | None = None
+
+    @model_validator(mode="after")
+    def _one_action(self) -> MessageRequest:
+        if self.regenerate is not None:
+            if self.content is not None or self.edit is not None:
+                raise ValueError("regenerate takes neither content nor edit")
+        elif self.content is None:
+            raise ValueError("content is required (unless regenerate is given)")
+        return self
 
 
-def _unicode(value: Any) -> Any:
-    # A lone surrogate (escaped in the JSON) can be neither stored nor sent.
-    try:
-        json.dumps(value, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("must be valid Unicode text (no lone surrogates)") from None
-    return value
+class ToolResultRequest(BaseModel):
+    """Body of ``POST /sessions/{id}/tool-results/{tool_call_id}``: a client tool's ``output``
+    (any JSON), or the ``error`` it failed with."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    output: JsonValue = None
+    error: Annotated[str, Field(min_length=1, max_length=20_000), AfterValidator(_unicode)] | None = None
+
+    @model_validator(mode="after")
+    def _one_of(self) -> ToolResultRequest:
+        if ("output" in self.model_fields_set) == (self.error is not None):
+            raise ValueError("give either output or error")
+        return self
 
 
 class ApprovalAnswer(BaseModel):

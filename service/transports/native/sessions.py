@@ -12,14 +12,14 @@ from aiohttp import web
 from service import jsonsafe
 from service.core.durable import DurableSessionStore
 from service.errors import ApprovalError, StoreUnavailable
-from service.transports.edge import approvals
+from service.transports.edge import actions, approvals
 from service.transports.edge.auth import owner_of
 from service.transports.edge.context import Context, context_of, session_of
 from service.transports.edge.inputs import (
     ApprovalAnswer,
     MessageRequest,
     TitleRequest,
-    check_length,
+    ToolResultRequest,
     check_text_param,
     int_param,
     read_json,
@@ -27,7 +27,7 @@ from service.transports.edge.inputs import (
 )
 from service.transports.edge.middleware import json_error
 from service.transports.stream.reading import IndexAhead, poll
-from service.transports.stream.session import pending_approvals, usage_dict
+from service.transports.stream.session import pending_approvals, pending_client_tools, usage_dict
 
 
 async def create_session(request: web.Request) -> web.Response:
@@ -77,6 +77,7 @@ async def get_session(request: web.Request) -> web.Response:
         "usage": usage_dict(session.usage),
         "last_event_id": await session.log.last_id(),
         "pending_approvals": pending_approvals(session),
+        "pending_tool_calls": pending_client_tools(session),
     }
     if isinstance(context.sessions, DurableSessionStore) and not session.ephemeral:
         try:
@@ -107,15 +108,20 @@ async def delete_session(request: web.Request) -> web.Response:
 
 
 async def post_message(request: web.Request) -> web.Response:
-    """``POST /sessions/{id}/messages``: start a query in the background (409 while one runs)."""
+    """``POST /sessions/{id}/messages``: start a query in the background. While one runs,
+    ``multitask_strategy`` decides: 409 (``reject``), queued (``enqueue``: 202 with ``queued``, its
+    place), or the running one stopped first (``interrupt``, ``rollback``). ``edit`` and
+    ``regenerate`` cut the conversation back first (see :mod:`service.transports.edge.actions`)."""
     context, session = await session_of(request)
     body = await read_json(request, MessageRequest)
-    check_length(context.settings, body.content, "content")
     after = await session.log.last_id()
-    run = await context.runs.start(session, body.content, body.max_turns)
-    return web.json_response(
-        {"id": session.id, "status": session.status, "run_id": run.id, "after_id": after}, status=202
-    )
+    sent = await actions.send(context, session, body)
+    reply: dict[str, object] = {"id": session.id, "status": session.status, "after_id": after}
+    if sent.run is not None:
+        reply.update(run_id=sent.run.id, after_id=sent.run.first_id - 1)
+    else:
+        reply.update(status="queued", queued=sent.queued)
+    return web.json_response(reply, status=202)
 
 
 async def cancel(request: web.Request) -> web.Response:
@@ -149,6 +155,17 @@ async def post_approval(request: web.Request) -> web.Response:
     return web.json_response(reply, dumps=jsonsafe.dumps)
 
 
+async def post_tool_result(request: web.Request) -> web.Response:
+    """``POST /sessions/{id}/tool-results/{tool_call_id}``: the result of a call of a tool the
+    client runs itself; the query that waits on it goes on."""
+    context, session = await session_of(request)
+    body = await read_json(request, ToolResultRequest)
+    reply = await actions.answer_tool_result(
+        context, session, request.match_info["tool_call_id"], body, "http"
+    )
+    return web.json_response(reply, dumps=jsonsafe.dumps)
+
+
 def add_routes(app: web.Application) -> None:
     """Register the session routes."""
     app.router.add_post("/sessions", create_session)
@@ -160,3 +177,4 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/sessions/{session_id}/cancel", cancel)
     app.router.add_get("/sessions/{session_id}/events/poll", poll_events)
     app.router.add_post("/sessions/{session_id}/approvals/{approval_id}", post_approval)
+    app.router.add_post("/sessions/{session_id}/tool-results/{tool_call_id}", post_tool_result)

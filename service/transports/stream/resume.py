@@ -5,12 +5,14 @@ keep state, so each is primed with what its client has already seen."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from aiohttp import web
 
-from service.core.events import StatusChange, ToolApprovalRequest, is_terminal
+from service.core.events import ClientToolRequest, StatusChange, ToolApprovalRequest, is_terminal
 from service.core.log import LogEntry
+from service.core.options import RunOptions
 from service.core.sessions import WAITING, Session
 from service.transports.edge.auth import owner_of
 from service.transports.edge.context import Context
@@ -41,17 +43,28 @@ def waits_after(batch: list[LogEntry]) -> bool:
 
 
 async def start_query(
-    request: web.Request, context: Context, session_id: str, query: str
+    request: web.Request,
+    context: Context,
+    session_id: str,
+    query: str,
+    options: Callable[[Session], RunOptions] | None = None,
+    strategy: str = "reject",
 ) -> tuple[Session, int, list[dict[str, Any]]]:
-    """The caller's session of that id (made on first use) with ``query`` started in it, the id
-    its events come after, and the conversation before it (ids are per owner: see
-    :meth:`~service.core.sessions.SessionStore.open`). 409 while a query runs."""
-    check_length(context.settings, query, "message")
+    """The caller's session of that id (made on first use) with ``query`` started in it (its
+    ``options`` made from the session as it stands), the id its events come after, and the
+    conversation before it (ids are per owner: see
+    :meth:`~service.core.sessions.SessionStore.open`). While a query runs, ``strategy`` decides
+    (see :mod:`service.core.multitask`): a 409, or this one waits its turn, or the running one
+    stops; the stream starts with the first event this query logs (a rewind's, if it makes one)."""
+    if query:
+        check_length(context.settings, query, "message")
     session = await context.sessions.open(session_id, owner_of(request))
     history = list(session.messages)  # before the query adds to it
-    after = await session.log.last_id()
-    await context.runs.start(session, query)
-    return session, after, history
+    sent = await context.multitask.send(
+        session, query, None, options(session) if options is not None else None, strategy
+    )
+    run = sent.run or await sent.started
+    return session, run.first_id - 1, history
 
 
 async def resume_point(session: Session, request: web.Request, projector: Primed) -> int | None:
@@ -79,16 +92,17 @@ def query_start(session: Session) -> int:
 
 
 async def continued_from(session: Session, start: int, approval_ids: set[str], projector: Primed) -> int:
-    """Where the rest of a query that waited on ``approval_ids`` starts: after the status change
-    that followed their requests, with the projector primed on the query up to there."""
+    """Where the rest of a query that waited on ``approval_ids`` starts (approvals, or client
+    tool calls by :func:`~service.core.events.client_tool_key`): after the status change that
+    followed their requests, with the projector primed on the query up to there."""
     entries = await session.log.read(start, await session.log.last_id() - start)
     asked = False
     for n, entry in enumerate(entries):
         event = entry.event
-        if isinstance(event, ToolApprovalRequest) and event.approval_id in approval_ids:
+        if isinstance(event, ToolApprovalRequest | ClientToolRequest) and event.approval_id in approval_ids:
             asked = True
         elif asked and isinstance(event, StatusChange) and event.status == WAITING:
             projector.prime(entries[: n + 1])
             projector.paused()  # as the stream that stopped there ended it (its open step closed)
             return entry.id
-    raise json_error(409, "those approvals belong to no query that runs in this session")
+    raise json_error(409, "those approvals or tool calls belong to no query that runs in this session")

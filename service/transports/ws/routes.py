@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import WSCloseCode, WSMsgType, web
+from pydantic import BaseModel, ValidationError
 
 from service import jsonsafe
 from service.core.log import LogEntry
@@ -23,6 +24,7 @@ from service.core.run_state import Run
 from service.core.sessions import Session
 from service.errors import (
     ApprovalError,
+    ConversationError,
     Overloaded,
     QuotaExceeded,
     RunInProgress,
@@ -30,10 +32,10 @@ from service.errors import (
     SessionNotFound,
     StoreUnavailable,
 )
-from service.transports.edge import approvals
+from service.transports.edge import actions, approvals
 from service.transports.edge.auth import TOKEN_EXPIRED, at_expiry, origin_allowed, owner_of
 from service.transports.edge.context import Context, context_of
-from service.transports.edge.inputs import text_refused
+from service.transports.edge.inputs import MessageRequest, ToolResultRequest, text_refused
 from service.transports.edge.middleware import unavailable_reply
 from service.transports.edge.quotas import quota_fields
 from service.transports.stream.follow import Ending, Stop
@@ -42,6 +44,7 @@ from service.transports.stream.reading import purged_body
 from service.transports.stream.session import merge_text_runs, session_frame, ws_frame
 
 log = logging.getLogger(__name__)
+Model = TypeVar("Model", bound=BaseModel)
 
 TRY_AGAIN_LATER = 1013
 TOKEN_EXPIRED_CLOSE = 4401  # like HTTP's 401: come back with a fresh token
@@ -158,7 +161,7 @@ class Connection:
             await handler(self, message)
         except ClientError as error:
             await self.handle_error(error, request_type)
-        except ApprovalError as exc:
+        except (ApprovalError, ConversationError) as exc:
             await self.handle_error(ClientError(exc.code, str(exc), **_ids(message)), request_type)
         except SessionNotFound:
             missing = ClientError("not_found", "Session not found", session_id=message.get("session_id"))
@@ -215,11 +218,30 @@ class Connection:
 
     async def _message(self, message: dict[str, Any]) -> None:
         session = await self._session(message)
-        content = _required_str(message, "content")
-        if not content.strip():
-            raise ClientError("invalid", "content must not be blank", session_id=session.id)
-        run = await self._start(session, content, _optional_int(message, "max_turns"))
-        await self._accepted(session, run)
+        fields = {name: value for name, value in message.items() if name not in ("type", "session_id")}
+        body = _validated(MessageRequest, fields, session_id=session.id)
+        self._check_query(body.content or "", body.max_turns, session_id=session.id)
+        context = {"session_id": session.id}
+        try:
+            sent = await actions.send(self.context, session, body)
+        except RunInProgress:
+            raise ClientError("conflict", "a query is already running in this session", **context) from None
+        except Overloaded as exc:
+            raise ClientError("overloaded", str(exc), **context) from None
+        except QuotaExceeded as exc:
+            raise _quota_error(exc, **context) from None
+        if sent.run is not None:
+            await self._accepted(session, sent.run)
+        else:
+            await self.emit_json({"type": "queued", "session_id": session.id, "queued": sent.queued})
+
+    async def _tool_result(self, message: dict[str, Any]) -> None:
+        session = await self._session(message)
+        tool_call_id = _required_str(message, "tool_call_id")
+        fields = {name: message[name] for name in ("output", "error") if name in message}
+        body = _validated(ToolResultRequest, fields, session_id=session.id, tool_call_id=tool_call_id)
+        reply = await actions.answer_tool_result(self.context, session, tool_call_id, body, "ws")
+        await self.emit_json({"type": "tool_result_accepted", "session_id": session.id, **reply})
 
     async def _cancel(self, message: dict[str, Any]) -> None:
         session = await self._session(message)
@@ -259,6 +281,7 @@ class Connection:
         "message": _message,
         "cancel": _cancel,
         "approve": _approve,
+        "tool_result": _tool_result,
         "run": _run,
     }
 
@@ -431,7 +454,21 @@ def _quota_error(exc: QuotaExceeded, **context: Any) -> ClientError:
 
 
 def _ids(message: dict[str, Any]) -> dict[str, Any]:
-    return {name: message.get(name) for name in ("session_id", "approval_id")}
+    return {
+        name: message.get(name) for name in ("session_id", "approval_id", "tool_call_id") if name in message
+    }
+
+
+def _validated(model: type[Model], fields: dict[str, Any], **context: Any) -> Model:
+    """``fields`` as ``model``; an ``invalid`` error naming the first problem otherwise."""
+    try:
+        return model.model_validate(fields)
+    except ValidationError as exc:
+        problem = exc.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in problem["loc"])
+        raise ClientError(
+            "invalid", f"{where}: {problem['msg']}" if where else problem["msg"], **context
+        ) from None
 
 
 def _required_str(message: dict[str, Any], name: str) -> str:
