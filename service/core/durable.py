@@ -227,7 +227,9 @@ class DurableSessionStore(SessionStore):
             last_event_id=await session.log.last_id() + len(events),
             end=run_end(events),
             now=self.clock(),
+            cut=session.cut,
         )
+        session.cut = None
         recorded = True
         try:
             await write()

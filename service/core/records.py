@@ -10,8 +10,8 @@ Contract of every implementation (:mod:`service.db` with SQLAlchemy is the one t
 - ``created`` stores a new, idle session; ``run_started`` marks it running (the run's id, the
   title from the first message when it has none) and reserves the event ids up to
   ``ids_reserved_until`` for the run; ``reserve_ids`` moves that reservation further (a run that
-  reached it); ``run_finished`` stores the messages not yet stored (each with the run's id), the
-  usage, the last event id (which also ends the reservation) and the status ``idle``, and
+  reached it); ``run_finished`` stores the messages not yet stored (each with the run's id; with
+  ``cut``, the number a rewind kept, those stored from there are replaced first), the usage, the last event id (which also ends the reservation) and the status ``idle``, and
   records how the run ended. Each is one transaction.
 - ``load`` returns the session with its whole conversation, or None.
 - ``list`` returns the owner's sessions, newest update first, after the ``before`` cursor.
@@ -122,6 +122,7 @@ class SessionRecords(abc.ABC):
         last_event_id: int,
         end: RunEnd,
         now: float,
+        cut: int | None = None,
     ) -> None: ...
 
     @abc.abstractmethod

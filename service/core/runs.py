@@ -145,6 +145,7 @@ class RunManager:
             if index is not None:
                 rewound = rewind(session.messages, index, session.usage)
                 session.usage = rewound.usage
+                session.cut = index if session.cut is None else min(session.cut, index)
                 run.first_id = (await session.log.append(rewound, fence=run.fence)).id
                 if options.resume:
                     run.message = session.run_message = message = text_of(session.messages[-1])

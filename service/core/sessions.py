@@ -80,6 +80,9 @@ class Session:
     # asked ended unanswered), and the requests still pending.
     approvals: dict[str, str] = field(default_factory=dict)
     approval_requests: dict[str, Request] = field(default_factory=dict)
+    # The fewest messages the conversation was cut back to since it was last recorded (None: not
+    # cut), so the durable record replaces what it stored from there (see core/conversation.py).
+    cut: int | None = None
 
     def touch(self) -> None:
         """Note activity, for the idle time-to-live."""

@@ -248,6 +248,7 @@ class SqlRecords(SessionRecords):
         last_event_id: int,
         end: RunEnd,
         now: float,
+        cut: int | None = None,
     ) -> None:
         table = tables.messages
         async with self._begin() as conn:
@@ -273,6 +274,10 @@ class SqlRecords(SessionRecords):
                     ids_reserved_until=max(kept, last_event_id),  # every id used is stored now
                 )
             )
+            if cut is not None and cut < stored:
+                # A rewind: what was stored from the cut on is no longer the conversation.
+                await conn.execute(table.delete().where(table.c.session_id == session_id, table.c.seq >= cut))
+                stored = cut
             fresh = messages[stored:]
             if fresh:
                 await conn.execute(

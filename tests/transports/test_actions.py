@@ -380,3 +380,20 @@ async def _frame(ws: Any, kind: str) -> dict[str, Any]:
         frame = await ws.receive_json()
         if frame.get("type") == kind:
             return frame  # type: ignore[no-any-return]
+
+
+async def test_a_browser_tool_call_cannot_be_answered_as_an_approval(client: TestClient) -> None:
+    session_id = await new_session(client)
+    reply = await post(client, session_id, {"content": "Where? [emu:tool=get_location]", "tools": [LOCATION]})
+    request = (await logged(client, session_id, "client_tool_request", reply["after_id"])).event
+    key = f"ct:{request.tool_use_id}"
+    async with client.post(f"/sessions/{session_id}/approvals/{key}", json={"approved": True}) as response:
+        assert response.status == 404
+    async with client.ws_connect("/ws") as ws:
+        await ws.send_json(
+            {"type": "approve", "session_id": session_id, "approval_id": key, "approved": True}
+        )
+        assert (await _frame(ws, "error"))["code"] == "not_found"
+    body = await conversation(client, session_id)
+    assert body["status"] == "waiting" and body["pending_approvals"] == []
+    await client.post(f"/sessions/{session_id}/cancel")

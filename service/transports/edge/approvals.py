@@ -17,7 +17,7 @@ from typing import Any
 import jsonschema
 from pydantic import ValidationError
 
-from service.core.events import ToolApprovalResponse
+from service.core.events import ToolApprovalResponse, client_tool_key
 from service.core.sessions import APPROVED, CLOSED, EXPIRED, PENDING, Session
 from service.errors import (
     ApprovalConflict,
@@ -29,6 +29,8 @@ from service.errors import (
 from service.transports.edge.context import Context
 from service.transports.edge.inputs import ApprovalAnswer
 from service.transports.edge.middleware import json_error
+
+CLIENT_TOOL_PREFIX = client_tool_key("")
 
 
 def check_input(context: Context, session: Session, approval_id: str, edited: dict[str, Any]) -> None:
@@ -64,9 +66,17 @@ def _settled(state: str, approval_id: str, approved: bool) -> None:
     raise ApprovalConflict(f"the approval was already answered: {earlier}")
 
 
+def _state(session: Session, approval_id: str) -> str | None:
+    """The approval's state; None for an id that names no approval (a client tool call's key is
+    kept beside the approvals, and is answered with its result, never an approval)."""
+    if approval_id.startswith(CLIENT_TOOL_PREFIX):
+        return None
+    return session.approvals.get(approval_id)
+
+
 def check(context: Context, session: Session, approval_id: str, body: ApprovalAnswer) -> None:
     """Raise the :class:`ApprovalError` that :func:`answer` would for this answer, logging nothing."""
-    state = session.approvals.get(approval_id)
+    state = _state(session, approval_id)
     if state is None:
         raise ApprovalNotFound(f"no approval {approval_id!r} in this session")
     if state != PENDING:
@@ -79,7 +89,7 @@ async def answer(
     context: Context, session: Session, approval_id: str, body: ApprovalAnswer, by: str
 ) -> dict[str, Any]:
     """Answer the approval: ``{"approval_id", "approved"}``, or an :class:`ApprovalError`."""
-    state = session.approvals.get(approval_id)
+    state = _state(session, approval_id)
     if state is None:
         raise ApprovalNotFound(f"no approval {approval_id!r} in this session")
     edited = body.input if body.approved else None
