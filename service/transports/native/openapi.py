@@ -6,7 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 from service.config import Settings
-from service.transports.edge.inputs import AgentRequest, ApprovalAnswer, MessageRequest, TitleRequest
+from service.transports.edge.inputs import (
+    AgentRequest,
+    ApprovalAnswer,
+    MessageRequest,
+    TitleRequest,
+    ToolResultRequest,
+)
 from service.transports.edge.openapi import (
     JSON,
     RETRY_AFTER,
@@ -163,18 +169,26 @@ def _session_action_paths(settings: Settings, parts: Parts) -> dict[str, Any]:
             "parameters": [parts.session],
             "post": {
                 "operationId": "postMessage",
-                "summary": "Start a query in the background",
+                "summary": "Start a query in the background (or edit, regenerate)",
                 "description": (
                     "Each query sees the conversation so far. Follow it with "
                     "`GET /sessions/{id}/events` (`Last-Event-ID: after_id`) or polling "
-                    "(`since_index=after_id`)."
+                    "(`since_index=after_id`). `edit` (a user message's id) or `regenerate` (an "
+                    "answer's id, or `true` for the last) first cut the conversation back to before "
+                    "that message, logged as `conversation_rewound`. `tools` are browser-side tools: "
+                    "a call of one logs `client_tool_request` and waits for "
+                    "`POST /sessions/{id}/tool-results/{tool_call_id}`. While a query runs, "
+                    "`multitask_strategy` decides: `reject` (409), `enqueue` (202 with `queued`; at "
+                    "most `AGENT_MAX_QUEUED`, else 429), `interrupt` or `rollback`."
                 ),
                 "requestBody": _body(parts.message_body),
                 "responses": {
-                    "202": json_reply("Accepted; the query runs.", "MessageAccepted"),
+                    "202": json_reply("Accepted; the query runs, or waits its turn.", "MessageAccepted"),
                     **parts.json_body,
                     **parts.common,
-                    **refs("NotFound", "Conflict", "Unavailable"),
+                    "404": error("Unknown session, or no message of that id to edit or regenerate."),
+                    "422": error("A body of the wrong shape, or client tools that cannot be offered."),
+                    **refs("Conflict", "Unavailable"),
                 },
             },
         },
@@ -217,6 +231,31 @@ def _session_action_paths(settings: Settings, parts: Parts) -> dict[str, Any]:
                     **parts.common,
                     "404": error("Unknown session or approval (or a session that is not the caller's)."),
                     "409": error("Answered otherwise already, or its query ended before it was answered."),
+                    **refs("Unavailable"),
+                },
+            },
+        },
+        "/sessions/{session_id}/tool-results/{tool_call_id}": {
+            "parameters": [
+                parts.session,
+                {"name": "tool_call_id", "in": "path", "required": True, "schema": {"type": "string"}},
+            ],
+            "post": {
+                "operationId": "postToolResult",
+                "summary": "Give a browser-side tool's result",
+                "description": (
+                    "Answers the `client_tool_request` of that `toolUseId` with its `output` (any "
+                    "JSON) or its `error`; logged once as `client_tool_result`, whichever tab sends it "
+                    "first, and the query goes on. Unanswered for `AGENT_CLIENT_TOOL_TIMEOUT_S`, the "
+                    "call gets an error result."
+                ),
+                "requestBody": _body(ref("ToolResultRequest")),
+                "responses": {
+                    "200": json_reply("Taken.", "ToolResultAccepted"),
+                    **parts.json_body,
+                    **parts.common,
+                    "404": error("Unknown session or tool call (or a session that is not the caller's)."),
+                    "409": error("The call has its result already, timed out, or its query ended."),
                     **refs("Unavailable"),
                 },
             },
@@ -491,6 +530,8 @@ NAMED: tuple[Any, ...] = (
     MessageRequest,
     ApprovalAnswer,
     replies.ApprovalAnswered,
+    ToolResultRequest,
+    replies.ToolResultAccepted,
     replies.Error,
     replies.ValidationError,
     replies.Purged,

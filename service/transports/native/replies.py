@@ -10,7 +10,15 @@ from typing import Annotated, Any, Literal, NotRequired
 from pydantic import Field
 from typing_extensions import TypedDict
 
-from service.transports.stream.payloads import ApprovalRequest, Count, EndFields, SessionEvent, Status, Usage
+from service.transports.stream.payloads import (
+    ApprovalRequest,
+    ClientToolRequest,
+    Count,
+    EndFields,
+    SessionEvent,
+    Status,
+    Usage,
+)
 
 ErrorText = Annotated[str, Field(description="What went wrong, for a person.")]
 Snapshot = Annotated[
@@ -93,6 +101,10 @@ class Session(TypedDict):
         list[ApprovalRequest],
         Field(description="The tool calls waiting for a person's approval, as their requests were logged."),
     ]
+    pending_tool_calls: Annotated[
+        list[ClientToolRequest],
+        Field(description="The calls of client (browser-side) tools waiting for their results."),
+    ]
 
 
 class SessionSummary(TypedDict):
@@ -132,17 +144,26 @@ class ApprovalAnswered(TypedDict):
 
 
 class MessageAccepted(TypedDict):
-    """A query was started."""
+    """A query was started (``run_id``), or queued behind the running one (``queued``, with
+    ``multitask_strategy: enqueue``; ``status`` is then ``queued``)."""
 
     id: str
-    status: Status
-    run_id: str
+    status: Annotated[str, Field(description="The session's status, or `queued`.")]
+    run_id: NotRequired[str]
+    queued: NotRequired[Annotated[int, Field(ge=1, description="Its place in the queue (1: next).")]]
     after_id: Annotated[
         int,
         Field(
             ge=0, description="Resume from this id (`Last-Event-ID`, `since_index`) to see all of this query."
         ),
     ]
+
+
+class ToolResultAccepted(TypedDict):
+    """A client tool's result was taken; the query that waited on it goes on."""
+
+    tool_call_id: str
+    accepted: bool
 
 
 class CancelAccepted(TypedDict):
