@@ -180,11 +180,17 @@ class Multitask:
                 if not head.sent.started.done():
                     head.sent.started.set_result(run)
         finally:
-            self._drainers.pop(session.id, None)
-            if not queue:
-                self._queues.pop(session.id, None)
-            else:
+            if self._drainers.get(session.id) is asyncio.current_task():
+                del self._drainers[session.id]
+            if self._queues.get(session.id) is queue:
                 self._drop_all(session.id)
+
+    def drop(self, session_id: str) -> None:
+        """Forget the session's queued messages (it is being deleted): none of them starts."""
+        drainer = self._drainers.pop(session_id, None)
+        if drainer is not None:
+            drainer.cancel()
+        self._drop_all(session_id)
 
     def _drop_all(self, session_id: str) -> None:
         queue = self._queues.pop(session_id, deque())

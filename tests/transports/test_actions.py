@@ -397,3 +397,19 @@ async def test_a_browser_tool_call_cannot_be_answered_as_an_approval(client: Tes
     body = await conversation(client, session_id)
     assert body["status"] == "waiting" and body["pending_approvals"] == []
     await client.post(f"/sessions/{session_id}/cancel")
+
+
+async def test_deleting_a_session_drops_its_queue(
+    client: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    session_id = await new_session(client)
+    reply = await post(client, session_id, {"content": "Where? [emu:tool=get_location]", "tools": [LOCATION]})
+    await logged(client, session_id, "client_tool_request", reply["after_id"])
+    queued = await post(client, session_id, {"content": "Next", "multitask_strategy": "enqueue"})
+    assert queued["queued"] == 1
+    async with client.delete(f"/sessions/{session_id}") as response:
+        assert response.status == 204
+    await services_of(client).runs.wait_idle()
+    assert services_of(client).multitask.queued(session_id) == 0
+    assert services_of(client).runs.get(session_id) is None
+    assert not [record for record in caplog.records if record.levelname == "ERROR"]

@@ -102,6 +102,7 @@ async def rename_session(request: web.Request) -> web.Response:
 async def delete_session(request: web.Request) -> web.Response:
     """``DELETE /sessions/{id}``: cancel its query if one runs, then forget it."""
     context, session = await session_of(request)
+    context.multitask.drop(session.id)  # before the cancel, which would start the next queued
     await context.runs.cancel(session.id)
     await context.sessions.delete(session.id)
     return web.Response(status=204)
