@@ -25,11 +25,11 @@ from tests.transports.test_fuzz import (
     assert_error,
     encoded,
     fuzz,
-    fuzzed,  # noqa: F401 (the fixture)
     good_text,
     json_values,
     raw_bodies,
 )
+from tests.transports.test_fuzz import fuzzed as fuzzed_fixture  # noqa: F401 (registers the fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -88,7 +88,7 @@ async def messages_of(client: TestClient, session_id: str) -> list[Any]:
 
 @fuzz
 @given(body=action_bodies)
-async def test_message_actions(fuzzed: TestClient, caplog: pytest.LogCaptureFixture, body: Any) -> None:  # noqa: F811
+async def test_message_actions(fuzzed: TestClient, caplog: pytest.LogCaptureFixture, body: Any) -> None:
     caplog.clear()
     session_id = await seeded(fuzzed)
     before = await messages_of(fuzzed, session_id)
@@ -107,7 +107,7 @@ async def test_message_actions(fuzzed: TestClient, caplog: pytest.LogCaptureFixt
 )
 async def test_tool_results(
     fuzzed: TestClient, caplog: pytest.LogCaptureFixture, body: Any, tool_call_id: str
-) -> None:  # noqa: F811
+) -> None:
     caplog.clear()
     session_id = await seeded(fuzzed)
     raw, _ = body
@@ -126,7 +126,7 @@ async def test_tool_results(
     result=st.fixed_dictionaries({}, optional={"output": json_values, "error": json_values}),
 )
 async def test_websocket_actions(
-    fuzzed: TestClient,  # noqa: F811
+    fuzzed: TestClient,
     caplog: pytest.LogCaptureFixture,
     body: Any,
     result: Any,
