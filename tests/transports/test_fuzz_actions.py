@@ -25,13 +25,19 @@ from tests.transports.test_fuzz import (
     assert_error,
     encoded,
     fuzz,
+    fuzzed,  # noqa: F401 (the fixture behind ``service``)
     good_text,
     json_values,
     raw_bodies,
 )
-from tests.transports.test_fuzz import fuzzed as fuzzed_fixture  # noqa: F401 (registers the fixture)
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+async def service(fuzzed: TestClient) -> TestClient:
+    """test_fuzz's service: small limits, no quotas, a clean log checked afterwards."""
+    return fuzzed
 
 ids = st.sampled_from(["q1", "nope", "", "a" * 129, "has space", "ok-id_2.3:x"]) | any_text
 tool_specs = st.lists(
@@ -88,16 +94,16 @@ async def messages_of(client: TestClient, session_id: str) -> list[Any]:
 
 @fuzz
 @given(body=action_bodies)
-async def test_message_actions(fuzzed: TestClient, caplog: pytest.LogCaptureFixture, body: Any) -> None:
+async def test_message_actions(service: TestClient, caplog: pytest.LogCaptureFixture, body: Any) -> None:
     caplog.clear()
-    session_id = await seeded(fuzzed)
-    before = await messages_of(fuzzed, session_id)
-    async with fuzzed.post(f"/sessions/{session_id}/messages", json=body) as response:
+    session_id = await seeded(service)
+    before = await messages_of(service, session_id)
+    async with service.post(f"/sessions/{session_id}/messages", json=body) as response:
         if response.status != 202:
             await assert_error(response, {404, 409, 413, 422, 429})
-    await idle(fuzzed)
+    await idle(service)
     if response.status != 202:
-        assert await messages_of(fuzzed, session_id) == before
+        assert await messages_of(service, session_id) == before
     assert_clean_log(caplog)
 
 
@@ -106,12 +112,12 @@ async def test_message_actions(fuzzed: TestClient, caplog: pytest.LogCaptureFixt
     body=result_bodies, tool_call_id=ids.filter(lambda text: "/" not in text and text not in ("", ".", ".."))
 )
 async def test_tool_results(
-    fuzzed: TestClient, caplog: pytest.LogCaptureFixture, body: Any, tool_call_id: str
+    service: TestClient, caplog: pytest.LogCaptureFixture, body: Any, tool_call_id: str
 ) -> None:
     caplog.clear()
-    session_id = await seeded(fuzzed)
+    session_id = await seeded(service)
     raw, _ = body
-    async with fuzzed.post(
+    async with service.post(
         f"/sessions/{session_id}/tool-results/{tool_call_id}",
         data=raw,
         headers={"Content-Type": "application/json"},
@@ -126,14 +132,14 @@ async def test_tool_results(
     result=st.fixed_dictionaries({}, optional={"output": json_values, "error": json_values}),
 )
 async def test_websocket_actions(
-    fuzzed: TestClient,
+    service: TestClient,
     caplog: pytest.LogCaptureFixture,
     body: Any,
     result: Any,
 ) -> None:
     caplog.clear()
-    session_id = await seeded(fuzzed)
-    async with fuzzed.ws_connect("/ws") as ws:
+    session_id = await seeded(service)
+    async with service.ws_connect("/ws") as ws:
         await ws.send_json({**body, "type": "message", "session_id": session_id})
         reply = await ws.receive_json()
         assert reply["type"] in ("accepted", "queued", "error"), reply
@@ -143,5 +149,5 @@ async def test_websocket_actions(
         await ws.send_json({"type": "ping"})
         while (await ws.receive_json())["type"] != "pong":
             pass
-    await idle(fuzzed)
+    await idle(service)
     assert_clean_log(caplog)
