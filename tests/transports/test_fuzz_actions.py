@@ -35,9 +35,10 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-async def service(fuzzed: TestClient) -> TestClient:
+async def service(fuzzed: TestClient) -> TestClient:  # noqa: F811 (the fixture imported above)
     """test_fuzz's service: small limits, no quotas, a clean log checked afterwards."""
     return fuzzed
+
 
 ids = st.sampled_from(["q1", "nope", "", "a" * 129, "has space", "ok-id_2.3:x"]) | any_text
 tool_specs = st.lists(
