@@ -955,3 +955,29 @@ async def test_no_message_gets_a_500(client: TestClient, started: RawMcp, body: 
         reply = await response.json()
         assert "error" in reply or "result" in reply
     assert await started.post("ping") == {}  # the session survives whatever came before
+
+
+async def test_a_second_message_interrupts_or_queues_as_asked(client: TestClient) -> None:
+    received = Notifications()
+    async with connect(client, received) as mcp:
+        await mcp.set_logging_level("info")
+        first = await call(mcp, "session_message", content="slow [emu:tps=5] [emu:tokens=500]")
+        session_id = first["session_id"]
+        await received.wait_for(lambda e: e["type"] == "assistant_text")
+        refused = await mcp.call_tool("session_message", {"session_id": session_id, "content": "again"})
+        assert refused.is_error
+        second = await call(
+            mcp, "session_message", session_id=session_id, content="Hello", multitask_strategy="interrupt"
+        )
+        queued = await call(
+            mcp, "session_message", session_id=session_id, content="Bye", multitask_strategy="enqueue"
+        )
+        assert second["run_id"] and queued["status"] in ("queued", "running")
+        status = await call(mcp, "session_status", session_id=session_id)
+        while status["messages"] < 6:
+            await received.wait_for(lambda e: e["type"] == "done")
+            status = await call(mcp, "session_status", session_id=session_id)
+    body = await (await client.get(f"/sessions/{session_id}")).json()
+    users = [m["content"][0]["text"] for m in body["messages"] if m["role"] == "user"]
+    assert users == ["slow [emu:tps=5] [emu:tokens=500]", "Hello", "Bye"]
+    assert body["messages"][1].get("interrupted") is True

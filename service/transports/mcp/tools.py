@@ -9,7 +9,8 @@ owner id and the MCP session.
 
 Tools (seed 004):
 
-- ``session_message``: start a query, in a new session or an existing one; answers at once with
+- ``session_message``: start a query, in a new session or an existing one (``multitask_strategy``
+  says what it does while one runs); answers at once with
   the session id and the index to poll from (``wait: true`` waits for the answer instead).
 - ``session_events``: the events after ``since_index`` and the next index, as
   ``GET /sessions/{id}/events/poll``; unaffected by notifications.
@@ -49,7 +50,7 @@ from service.errors import (
 from service.transports.edge import approvals
 from service.transports.edge.auth import owner_of
 from service.transports.edge.context import Context, context_of
-from service.transports.edge.inputs import ApprovalAnswer, MaxTurns, Text
+from service.transports.edge.inputs import ApprovalAnswer, MaxTurns, Strategy, Text
 from service.transports.edge.quotas import quota_fields
 from service.transports.stream import session as dialect
 from service.transports.stream.follow import ThroughRun
@@ -93,6 +94,13 @@ class MessageArgs(_Arguments):
     wait: bool = Field(
         False,
         description="Answer only when the query has ended, with its final text (default: at once).",
+    )
+    multitask_strategy: Strategy = Field(
+        "reject",
+        description=(
+            "While a query runs: reject (an error), enqueue (start after it), interrupt (cancel it), "
+            "rollback (cancel it and cut its message away)."
+        ),
     )
 
 
@@ -206,7 +214,13 @@ class Tools:
         after = await session.log.last_id()
         # Followed before the query starts, so the stream misses none of its events.
         self.mcp_session.follow(session, after)
-        run = await context.runs.start(session, args.content, args.max_turns)
+        sent = await context.multitask.send(
+            session, args.content, args.max_turns, None, args.multitask_strategy
+        )
+        if sent.run is None and not args.wait:
+            return {"session_id": session.id, "status": "queued", "queued": sent.queued, "after_id": after}
+        run = sent.run or await sent.started
+        after = run.first_id - 1
         reply: dict[str, Any] = {
             "session_id": session.id,
             "status": RUNNING,
