@@ -92,6 +92,7 @@ export const state = {
   source: null,
   probeStreak: 0,
   sending: false,
+  rereadFor: null, // the rewind (event id) that last had the session read again
   textEvents: 0, // assistant_text events applied (the browser tests compare renders with it)
   // view
   answer: null, // the answer element of the query in flight
