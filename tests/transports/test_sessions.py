@@ -48,6 +48,7 @@ async def test_session_routes(client: TestClient) -> None:
         "usage": body["usage"],
         "last_event_id": 0,
         "pending_approvals": [],
+        "pending_tool_calls": [],
     }
     await send(client, session_id, "What is the square root of 144?")
     await wait_done(client, session_id)
