@@ -195,17 +195,20 @@ class RunManager:
 
     async def snapshot(self, session: Session) -> dict[str, Any]:
         """What a client needs to rebuild its view without the events: the conversation so far,
-        the running query's text and finished tool calls with their results, and the usage.
+        the running query's text and finished tool calls with their results, and the usage; for a
+        query this instance runs, also its answer's id (``reply_id``), which a client keys the
+        answer by until it is in the conversation.
 
         A query running on another instance is summed up from its events in the shared log.
         """
         run = self._runs.get(session.id)
         current = None
         progress: Progress | None = None
-        message = ""
+        message = reply_id = ""
         partial = False
         if run is not None:
             progress, message = run.progress, run.message
+            reply_id = run.options.reply_id if run.options is not None else ""
         elif session.active and session.run_start_id:
             progress, message = Progress(), session.run_message
             entries = await session.log.read(session.run_start_id, strict=False)
@@ -223,6 +226,8 @@ class RunManager:
             }
             if partial:
                 current["partial"] = True
+            if reply_id:
+                current["reply_id"] = reply_id
         return {
             "status": session.status,
             "messages": session.messages,

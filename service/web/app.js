@@ -8,7 +8,8 @@
 //   connection.js  WebSocket / EventSource, reconnects with backoff
 //   render.js      session events (or a purge snapshot) into the transcript
 //   transcript.js  answers, tool calls, steps and turns
-//   approvals.js   Approve / Deny on a tool call waiting for a person
+//   approvals.js   Approve / Deny on a tool call waiting for a person; a browser-side tool's wait
+//   actions.js     Regenerate and Edit, through the server's rewind
 //   view.js        the page's chrome: status, notice, buttons, usage
 //   sessions.js    the session on screen; sidelist.js the list of the user's sessions
 //   composer.js    send and cancel
@@ -17,11 +18,12 @@
 //
 // `window.agentstream` shows the page's state to the browser tests (and to anyone debugging).
 
+import { initActions } from "./actions.js";
 import { initAuth } from "./auth.js";
 import { initComposer } from "./composer.js";
 import { switchTransport, teardown, whenSessionLost } from "./connection.js";
 import { markdown } from "./markdown.js";
-import { whenRunEnded } from "./render.js";
+import { whenOutOfStep, whenRunEnded } from "./render.js";
 import { initSelftest } from "./selftest.js";
 import { boot, initSessions, newChat, openSession, sessionLost } from "./sessions.js";
 import { refresh as refreshSideList, sideListAvailable } from "./sidelist.js";
@@ -48,9 +50,11 @@ window.agentstream = {
 initSessions();
 initAuth();
 initComposer();
+initActions();
 initSelftest((result) => { window.agentstream.selftest = result; });
 whenSessionLost(sessionLost);
 whenRunEnded(refreshSideList);
+whenOutOfStep(() => { if (state.sessionId) openSession(state.sessionId); });
 followScrolling();
 
 ui.transport.value = state.transport;

@@ -1,5 +1,9 @@
 // A tool call waiting for a person: its input, a reason box and Approve / Deny. Every tab that
 // follows the session shows it; the logged answer (from whichever tab) takes it away in all.
+//
+// A call of a tool the client runs itself (a browser-side tool another front end declared) waits
+// the same way, for that client's result: this page runs no such tool, so it shows the call as
+// waiting, without buttons, until the result (or the timeout's error) is logged.
 
 import { api, errorText, sessionPath } from "./api.js";
 import { state } from "./state.js";
@@ -45,6 +49,46 @@ export function closeApproval(ev) {
   if (ev.toolInput !== undefined) setToolInput(card, ev.toolInput);
   const why = ev.reason ? ": " + ev.reason : "";
   setToolState(card, ev.approved ? "approved" : "denied" + why, ev.approved ? "ready" : "error");
+}
+
+export function showClientTool(ev) {
+  const card = toolCard(ev.toolUseId, ev.toolName);
+  if (!card.classList.contains("client-tool")) {
+    card.classList.add("client-tool");
+    card.querySelector(".tool-name").after(make("span", "tool-where", "runs in the app"));
+  }
+  if (ev.toolInput !== undefined) setToolInput(card, ev.toolInput);
+  setToolState(card, "waiting for the app's result", "client");
+  const key = clientKey(ev.toolUseId);
+  if (state.approvals.has(key)) return;
+  let text = "This tool runs in the app that offered it; the answer goes on once its result comes";
+  if (typeof ev.expires_at === "number") {
+    text += " (or without it at " + new Date(ev.expires_at * 1000).toLocaleTimeString() + ")";
+  }
+  const box = make("p", "client-wait", text + ".");
+  card.append(box);
+  state.approvals.set(key, box);
+  setAnswerState(currentAnswer(), "waiting for a tool's result…");
+}
+
+export function closeClientTool(ev) {
+  const key = clientKey(ev.toolUseId);
+  const box = state.approvals.get(key);
+  state.approvals.delete(key);
+  if (box) box.remove();
+  const card = state.tools.get(ev.toolUseId);
+  if (!card) return;
+  if (typeof ev.error === "string") {
+    const why = ev.by === "timeout" ? "no result in time" : "failed in the app";
+    setToolState(card, why, "error");
+  } else {
+    setToolState(card, "result from the app", "ready");
+  }
+}
+
+// Client tool calls are kept beside the approvals, under a key no approval id can have.
+function clientKey(toolUseId) {
+  return "ct:" + (toolUseId || "");
 }
 
 // The query ended: what it still asked can no longer be answered.

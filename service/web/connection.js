@@ -6,12 +6,18 @@
 // included) is recreated from `lastEventId`. Both wait `backoff` between attempts, doubling
 // from BACKOFF_START_MS up to BACKOFF_MAX_MS and starting over once a connection opens.
 // `window.agentstream` shows the next delay (`backoffMs`) and the retries scheduled so far.
+//
+// At rest, SSE has no stream: the service ends it after the `done` that ends the log. So that a
+// query started elsewhere (another tab, another app, a rewind) still shows here, an idle SSE page
+// asks every IDLE_CHECK_MS whether the log has moved on, and follows it when it has. A WebSocket
+// subscription stays open and needs no such check.
 
-import { SIGNIN_EXPIRED, authHeaders, sessionPath, streamToken, unauthorized, withToken } from "./api.js";
+import { SIGNIN_EXPIRED, api, authHeaders, sessionPath, streamToken, unauthorized, withToken } from "./api.js";
 import { EVENT_TYPES } from "./events.js";
 import { applyEvent, renderSnapshot } from "./render.js";
 import {
-  BACKOFF_MAX_MS, BACKOFF_START_MS, PING_EVERY_MS, RETRY_LOG_SIZE, TRANSPORT_KEY, state, storageSet,
+  BACKOFF_MAX_MS, BACKOFF_START_MS, IDLE_CHECK_MS, PING_EVERY_MS, RETRY_LOG_SIZE, TRANSPORT_KEY, state,
+  storageSet,
 } from "./state.js";
 import { resetView } from "./transcript.js";
 import { notice, setPhase, ui, updateControls } from "./view.js";
@@ -29,8 +35,10 @@ export function teardown() {
   state.generation += 1;
   clearTimeout(state.reconnectTimer);
   clearInterval(state.pingTimer);
+  clearTimeout(state.idleTimer);
   state.reconnectTimer = null;
   state.pingTimer = null;
+  state.idleTimer = null;
   const socket = state.socket;
   state.socket = null;
   if (socket) {
@@ -44,7 +52,7 @@ export function connect() {
   state.backoff = BACKOFF_START_MS;
   if (state.transport === "ws") connectWs();
   else if (state.running || state.serverLastId > state.lastEventId) openSse();
-  else setPhase("live", "idle");
+  else atRest();
 }
 
 // A query was just started: make sure something is listening for its events.
@@ -312,10 +320,55 @@ function onSseFailure(source) {
   // CLOSED: the browser gave up (204, or an HTTP error it cannot show us).
   state.source = null;
   if (!state.running && state.lastEventId >= state.serverLastId) {
-    setPhase("live", "idle");
+    atRest();
     return;
   }
   probeSse();
+}
+
+// Idle on SSE with nothing open: look again in IDLE_CHECK_MS.
+function atRest() {
+  setPhase("live", "idle");
+  clearTimeout(state.idleTimer);
+  const generation = state.generation;
+  state.idleTimer = setTimeout(() => {
+    if (generation === state.generation) checkAtRest();
+  }, IDLE_CHECK_MS);
+}
+
+// Has the session's log moved on since the last event applied? (One event at most is read: the
+// stream reads the rest.) A hidden tab does not ask; it looks again once the timer comes round.
+async function checkAtRest() {
+  if (state.transport !== "sse" || (state.source && state.source.readyState !== EventSource.CLOSED)) return;
+  if (document.visibilityState === "hidden") {
+    atRest();
+    return;
+  }
+  const generation = state.generation;
+  let reply = null;
+  try {
+    reply = await api("GET", sessionPath("/events/poll?limit=1&since_index=" + state.lastEventId));
+  } catch (_) {
+    reply = null; // unreachable now: ask again later
+  }
+  if (generation !== state.generation) return;
+  if (reply && reply.ok) {
+    const lastId = Number(reply.data.last_id) || 0;
+    if (lastId > state.serverLastId) state.serverLastId = lastId;
+    if (lastId > state.lastEventId || reply.data.status === "running" || reply.data.status === "waiting") {
+      openSse();
+      return;
+    }
+  } else if (reply && reply.status === 404) {
+    onSessionLost();
+    return;
+  } else if (reply && reply.status === 400) {
+    openSse(); // our last id is ahead of the log: the stream's answer rebuilds the view
+    return;
+  } else if (reply && reply.status === 401) {
+    return; // the key form is up; the next connection starts over
+  }
+  atRest();
 }
 
 // EventSource hides status codes, so ask the same URL once with fetch to learn why it ended.
@@ -351,7 +404,7 @@ async function onProbeAnswer(response, controller, generation) {
     case 204:
       state.running = false;
       updateControls();
-      setPhase("live", "idle");
+      atRest();
       return;
     case 200:
       controller.abort(); // there is something to read after all: let EventSource read it
@@ -363,7 +416,7 @@ async function onProbeAnswer(response, controller, generation) {
       if (generation !== state.generation) return;
       renderSnapshot(body.snapshot || {}, body.last_id);
       if (state.running) openSse();
-      else setPhase("live", "idle");
+      else atRest();
       return;
     }
     case 401:

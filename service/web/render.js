@@ -4,19 +4,26 @@
 // comes back as a snapshot instead (`renderSnapshot`). What only the stream says (heartbeats,
 // an error without an id) is connection.js's business and never comes here.
 
-import { closeApproval, dropApprovals, showApproval } from "./approvals.js";
+import { closeApproval, closeClientTool, dropApprovals, showApproval, showClientTool } from "./approvals.js";
 import { emptyUsage, state } from "./state.js";
 import {
-  addStep, addTurnUsage, addUserMessage, appendAnswerText, currentAnswer, finishAnswer, newAnswer,
-  part, resetView, setAnswerState, setToolInput, setToolResult, setToolState, toolCard,
+  addStep, addTurnUsage, addUserMessage, appendAnswerText, currentAnswer, cutBack, finishAnswer,
+  lastUserMessage, newAnswer, part, resetView, setAnswerState, setToolInput, setToolResult,
+  setToolState, toolCard,
 } from "./transcript.js";
 import { keepInView, make, notice, readUsage, updateControls, updateUsage, usageText } from "./view.js";
 
 let onRunEnded = () => {};
+let onOutOfStep = () => {};
 
 // Who hears that a query ended (the side list shows when each chat was last updated).
 export function whenRunEnded(handler) {
   onRunEnded = handler;
+}
+
+// Who reads the session again when an event names a message the view does not show.
+export function whenOutOfStep(handler) {
+  onOutOfStep = handler;
 }
 
 // One session event, applied once. Returns nothing; never throws.
@@ -68,13 +75,34 @@ function endRun(answer, label, usage) {
 const HANDLERS = {
   processing(ev) {
     if (state.answer) finishAnswer(state.answer, "interrupted");
-    addUserMessage(ev.message || "");
-    newAnswer(ev.run_id);
+    // A regenerate asks the message on screen again; any other query adds the user's message.
+    if (!lastUserMessage(ev.message_id)) addUserMessage(ev.message || "", ev.message_id);
+    newAnswer(ev.run_id, ev.reply_id);
     state.usageRun = emptyUsage();
     state.running = true;
   },
   tool_approval_request: showApproval,
   tool_approval_response: closeApproval,
+  client_tool_request: showClientTool,
+  client_tool_result: closeClientTool,
+  // A regenerate, an edit or a rollback (from this tab or any other): the message named and
+  // everything after it go, and the session's usage is what the kept answers used.
+  conversation_rewound(ev) {
+    if (!cutBack(ev.message_id, ev.kept)) {
+      // An answer on screen without its id (rebuilt mid-query from a snapshot another instance
+      // made, or from a log older than message ids): read the session again, once per rewind,
+      // after this event is counted as applied.
+      if (state.rereadFor !== ev.id) {
+        state.rereadFor = ev.id;
+        setTimeout(onOutOfStep, 0);
+      } else {
+        notice("The conversation was cut back on the server in a way this page cannot show.", "warn");
+      }
+    }
+    state.usageDone = readUsage(ev.usage);
+    state.usageRun = emptyUsage();
+    updateUsage();
+  },
   status_change(ev) {
     if (ev.status === "running" || ev.status === "waiting") state.running = true;
     else if (ev.status === "cancelled" && state.answer) setAnswerState(state.answer, "cancelling…");
@@ -129,7 +157,8 @@ const HANDLERS = {
   done(ev) {
     const answer = currentAnswer();
     const flags = [];
-    if (ev.cancelled) { flags.push("cancelled"); answer.dataset.cancelled = "true"; }
+    // Stopped before its end: what it wrote is kept, marked `interrupted` in the conversation.
+    if (ev.cancelled) { flags.push("interrupted"); answer.dataset.cancelled = answer.dataset.interrupted = "true"; }
     if (ev.truncated) flags.push("truncated (max tokens)");
     if (ev.max_turns_reached) flags.push("stopped at the turn limit");
     const turns = ev.turns ? ev.turns + (ev.turns === 1 ? " turn" : " turns") + " · " : "";
@@ -153,8 +182,15 @@ function isUserText(message) {
     && message.content.some((b) => typeof b.text === "string") && !message.content.some((b) => b.toolResult);
 }
 
+// The conversation's id of `messages[index]`: its own, or the one the service gives a message
+// stored before messages had ids.
+function idOf(messages, index) {
+  const id = messages[index] && messages[index].id;
+  return typeof id === "string" && id ? id : "m" + index;
+}
+
 // Rebuild the view from a purge snapshot: {status, messages, current_query, usage,
-// pending_approvals}, as of log id `lastId`.
+// pending_approvals, pending_tool_calls}, as of log id `lastId`.
 export function renderSnapshot(snapshot, lastId) {
   const hadView = state.lastEventId > 0; // a page that only just opened the session lost nothing
   resetView();
@@ -168,9 +204,9 @@ export function renderSnapshot(snapshot, lastId) {
     }
   }
   showMessages(messages.slice(0, end));
-  if (state.answer) finishAnswer(state.answer, "done");
+  if (state.answer) finishShown(state.answer);
   const session = readUsage(snapshot && snapshot.usage);
-  if (current) showCurrentQuery(current, snapshot);
+  if (current) showCurrentQuery(current, snapshot, end < messages.length ? idOf(messages, end) : "");
   state.usageDone = {
     input: Math.max(0, session.input - state.usageRun.input),
     output: Math.max(0, session.output - state.usageRun.output),
@@ -185,15 +221,27 @@ export function renderSnapshot(snapshot, lastId) {
   keepInView();
 }
 
-// Finished exchanges, from the conversation's messages.
+// An answer rebuilt from the conversation is finished, or was cut short by a cancel.
+function finishShown(answer) {
+  finishAnswer(answer, answer.dataset.interrupted ? "interrupted" : "done");
+}
+
+// Finished exchanges, from the conversation's messages (each keyed by its id, as the events
+// would have keyed it: an answer by the id of its first assistant message).
 function showMessages(messages) {
-  for (const message of messages) {
+  messages.forEach((message, index) => {
     const blocks = Array.isArray(message.content) ? message.content : [];
     if (isUserText(message)) {
-      if (state.answer) finishAnswer(state.answer, "done");
-      addUserMessage(blocks.filter((b) => typeof b.text === "string").map((b) => b.text).join("\n"));
+      if (state.answer) finishShown(state.answer);
+      const text = blocks.filter((b) => typeof b.text === "string").map((b) => b.text).join("\n");
+      addUserMessage(text, idOf(messages, index));
       newAnswer("");
-      continue;
+      return;
+    }
+    const answer = currentAnswer();
+    if (message.role === "assistant") {
+      if (!answer.dataset.messageId) answer.dataset.messageId = idOf(messages, index);
+      if (message.interrupted) answer.dataset.cancelled = answer.dataset.interrupted = "true";
     }
     for (const block of blocks) {
       if (message.role === "assistant" && typeof block.text === "string") {
@@ -210,13 +258,15 @@ function showMessages(messages) {
         setToolResult(toolCard(result.toolUseId, null), text, result.status === "error");
       }
     }
-  }
+  });
 }
 
-// The query still running when the snapshot was taken, its pending approvals included.
-function showCurrentQuery(current, snapshot) {
-  addUserMessage(current.message || "");
-  const answer = newAnswer("");
+// The query still running when the snapshot was taken, what it waits on included. Its answer's
+// id comes with it when the instance answering runs the query; without it, Regenerate asks the
+// question again instead, and a rewind naming the answer has the view read again.
+function showCurrentQuery(current, snapshot, messageId) {
+  addUserMessage(current.message || "", messageId);
+  const answer = newAnswer("", typeof current.reply_id === "string" ? current.reply_id : "");
   appendAnswerText(answer, current.text || "");
   for (const call of Array.isArray(current.tool_calls) ? current.tool_calls : []) {
     const card = toolCard(call.tool_use_id, call.tool);
@@ -228,5 +278,8 @@ function showCurrentQuery(current, snapshot) {
   state.running = true;
   for (const pending of Array.isArray(snapshot.pending_approvals) ? snapshot.pending_approvals : []) {
     showApproval(pending);
+  }
+  for (const pending of Array.isArray(snapshot.pending_tool_calls) ? snapshot.pending_tool_calls : []) {
+    showClientTool(pending);
   }
 }

@@ -12,6 +12,9 @@ export const PING_EVERY_MS = 20000;
 export const BACKOFF_START_MS = queryMs("backoff_ms", 1000);
 export const BACKOFF_MAX_MS = Math.max(BACKOFF_START_MS, queryMs("backoff_max_ms", 10000));
 export const RETRY_LOG_SIZE = 50;
+// How often an idle SSE page asks whether the session moved on (connection.js), e.g.
+// `?idle_check_ms=100` in the browser tests.
+export const IDLE_CHECK_MS = queryMs("idle_check_ms", 5000);
 
 // A positive whole number of milliseconds from the page's query string, or the default.
 function queryMs(name, fallback) {
@@ -85,9 +88,11 @@ export const state = {
   retries: [], // the last RETRY_LOG_SIZE reconnects scheduled: {transport, delayMs, reason, at}
   reconnectTimer: null,
   pingTimer: null,
+  idleTimer: null, // the next check of an idle SSE page
   source: null,
   probeStreak: 0,
   sending: false,
+  rereadFor: null, // the rewind (event id) that last had the session read again
   textEvents: 0, // assistant_text events applied (the browser tests compare renders with it)
   // view
   answer: null, // the answer element of the query in flight

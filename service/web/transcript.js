@@ -1,9 +1,17 @@
 // The transcript's pieces: a user's message, and an answer with its plan, reasoning, tool calls,
 // Markdown text, steps, model turns and usage. render.js decides which event changes what.
+//
+// Each user message and answer carries the conversation's id for it as `data-message-id` (the
+// user's message: `processing.message_id`; the answer: `processing.reply_id`, the id of its first
+// assistant message), so that a rewind, which names the message it cuts back to, removes exactly
+// that message and what follows it. An answer spans all its model turns; a rewind never names a
+// later turn's message (`<reply_id>-<turn>`), only a user's message or an answer's first.
 
 import { markdown } from "./markdown.js";
 import { emptyUsage, state } from "./state.js";
-import { formatInput, make, readUsage, ui, updateControls, updateUsage, usageText } from "./view.js";
+import {
+  actionButton, formatInput, make, readUsage, ui, updateControls, updateUsage, usageText,
+} from "./view.js";
 
 export function resetView() {
   ui.transcript.replaceChildren();
@@ -24,17 +32,33 @@ export function resetState() {
   updateControls();
 }
 
-export function addUserMessage(text) {
+export function addUserMessage(text, messageId) {
   const bubble = make("div", "user-message");
+  if (messageId) bubble.dataset.messageId = messageId;
   bubble.append(make("span", "visually-hidden", "You: "));
   bubble.append(make("div", "user-text", text));
+  if (messageId) {
+    // Only a message with its id can be named in an edit.
+    const actions = make("div", "message-actions");
+    actions.append(actionButton("edit-message", "Edit", "Change this message and ask again from here"));
+    bubble.append(actions);
+  }
   ui.transcript.append(bubble);
   return bubble;
 }
 
-export function newAnswer(runId) {
+// The user's message `messageId` when it is the last thing in the transcript: a regenerate asks
+// it again, after the rewind took its answer away, and adds no message of its own.
+export function lastUserMessage(messageId) {
+  const last = ui.transcript.lastElementChild;
+  if (!messageId || !last || !last.classList.contains("user-message")) return null;
+  return last.dataset.messageId === messageId ? last : null;
+}
+
+export function newAnswer(runId, replyId) {
   const answer = make("article", "answer");
   answer.dataset.runId = runId || "";
+  if (replyId) answer.dataset.messageId = replyId;
   answer.setAttribute("aria-busy", "true");
   const head = make("div", "answer-head");
   head.append(make("span", "who", "Assistant"), make("span", "answer-state", "thinking…"));
@@ -51,11 +75,32 @@ export function newAnswer(runId) {
   steps.hidden = true;
   steps.append(make("summary", "steps-summary", "Steps"), make("ol", "step-list"), make("ul", "turn-list"));
   const usage = make("div", "answer-usage");
-  answer.append(head, plan, reasoning, tools, text, failure, steps, usage);
+  const actions = make("div", "answer-actions");
+  actions.append(actionButton("regenerate", "Regenerate", "Answer this question again"));
+  answer.append(head, plan, reasoning, tools, text, failure, steps, usage, actions);
   ui.transcript.append(answer);
   state.answer = answer;
   updateControls();
   return answer;
+}
+
+// The conversation was cut back to before the message `messageId` (`kept` messages remain):
+// remove it and everything after it. False when no message on screen has that id (a log written
+// before messages had ids); with nothing kept, everything goes whatever the id.
+export function cutBack(messageId, kept) {
+  const nodes = [...ui.transcript.children];
+  let at = -1;
+  for (let i = nodes.length - 1; i >= 0 && at < 0; i--) {
+    if (nodes[i].dataset.messageId === messageId) at = i;
+  }
+  if (at < 0 && kept === 0) at = 0;
+  if (at < 0) return false;
+  for (const node of nodes.slice(at)) node.remove();
+  if (state.answer && !state.answer.isConnected) state.answer = null;
+  for (const [key, node] of state.tools) if (!node.isConnected) state.tools.delete(key);
+  for (const [key, node] of state.approvals) if (!node.isConnected) state.approvals.delete(key);
+  updateControls();
+  return true;
 }
 
 export function currentAnswer() {

@@ -47,11 +47,31 @@ export function notice(text, kind) {
   ui.notice.dataset.kind = kind || "info";
 }
 
+// Whether the transcript's Edit / Regenerate buttons are off: while a query runs (they would
+// cut back the conversation under it) or a request is on its way, and without a session.
+let actionsOff = true;
+
 export function updateControls() {
   ui.cancel.disabled = !state.running || !state.sessionId;
   ui.send.disabled = state.sending || !state.sessionId;
   ui.transcript.setAttribute("aria-busy", state.running ? "true" : "false");
   ui.empty.hidden = ui.transcript.childElementCount > 0;
+  const off = state.running || state.sending || !state.sessionId;
+  if (off !== actionsOff) {
+    // Called on every event: the buttons are looked up only when their state changes.
+    actionsOff = off;
+    for (const button of ui.transcript.querySelectorAll(".message-action")) button.disabled = off;
+  }
+}
+
+// A button acting on a message of the transcript (actions.js hears its clicks), enabled or not
+// as the others are.
+export function actionButton(className, label, title) {
+  const button = make("button", "message-action quiet " + className, label);
+  button.type = "button";
+  button.disabled = actionsOff;
+  if (title) button.title = title;
+  return button;
 }
 
 export function updateUsage() {
