@@ -11,7 +11,7 @@ from typing import Any
 from service import jsonsafe
 from service.core.sessions import Session
 from service.transports.edge.context import Context
-from service.transports.stream.session import pending_approvals, session_payload
+from service.transports.stream.session import pending_approvals, pending_client_tools, session_payload
 
 
 async def purged_body(context: Context, session: Session, after_id: int, oldest_id: int) -> dict[str, Any]:
@@ -24,6 +24,7 @@ async def purged_body(context: Context, session: Session, after_id: int, oldest_
             {
                 **await context.runs.snapshot(session),
                 "pending_approvals": pending_approvals(session),
+                "pending_tool_calls": pending_client_tools(session),
             }
         ),
     }
