@@ -16,12 +16,11 @@ from itertools import count
 from typing import Any
 
 import pytest
-from ag_ui.core import RunAgentInput, UserMessage
 from aiohttp.test_utils import TestClient
 from hypothesis import event, example, given
 from hypothesis import strategies as st
-from pydantic import ValidationError
 
+from tests.transports.test_agui_actions import ag_ui_status
 from tests.transports.test_fuzz import (
     DEEP,
     MALFORMED,
@@ -191,24 +190,6 @@ ag_bodies = st.one_of(
     json_values.map(encoded),
     raw_bodies,
 )
-
-
-def ag_ui_status(value: Any) -> int:
-    """The status for a parsed ``RunAgentInput``: its own models say what a valid shape is."""
-    try:
-        body = RunAgentInput.model_validate(value)
-    except ValidationError:
-        return 422
-    if not CHAT_ID.fullmatch(body.thread_id) or has_surrogate(body.run_id) or not body.messages:
-        return 422
-    last = body.messages[-1]
-    if not isinstance(last, UserMessage):
-        return 422
-    content = last.content
-    text = content if isinstance(content, str) else "".join(getattr(p, "text", "") or "" for p in content)
-    if not text.strip() or has_surrogate(text) or len(text) > MAX_CHARS:
-        return 422
-    return 200
 
 
 @fuzz

@@ -215,9 +215,17 @@ def test_ag_ui_history_of_tool_turns_and_of_a_running_query() -> None:
     messages = [json.loads(m.model_dump_json(by_alias=True)) for m in agui_models.messages_of(conversation)]
     assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant", "user"]
     assert messages[1]["toolCalls"][0]["function"] == {"name": "calculator", "arguments": '{"a": 1}'}
-    assert messages[2] == {"id": "m2-0", "role": "tool", "content": "no", "toolCallId": "t1", "error": "no"}
+    assert messages[2] == {
+        "id": "t1-result",
+        "role": "tool",
+        "content": "no",
+        "toolCallId": "t1",
+        "error": "no",
+    }
+    assert [m["id"] for m in messages] == ["m0", "m1", "t1-result", "m3", "m4"]  # stored before ids
     # A running query's own user message (and what follows it) is not history.
-    assert agui_models.history_before(conversation, "again") == conversation[:4]
+    conversation[4]["id"] = "u-again"
+    assert agui_models.history_before(conversation, "u-again") == conversation[:4]
     assert agui_models.history_before(conversation, "unseen") == conversation
 
 

@@ -56,9 +56,23 @@ def paths(settings: Settings, parts: Parts) -> dict[str, Any]:
                 "summary": "Run the agent (AG-UI)",
                 "description": (
                     "A `RunAgentInput`; `threadId` names the caller's session (1 to 128 of "
-                    "`A-Za-z0-9_-`), made on first use; the last message must be the user's "
-                    "and is the new query. `tools`, `context`, `state` and `forwardedProps` "
-                    "are accepted and not read. Each event has the log's id as `id:`."
+                    "`A-Za-z0-9_-`), made on first use. Either the last message is the user's "
+                    "and is the new query (its `id`, 1 to 128 characters, is kept as the "
+                    "message's; an id the thread holds already edits that message: the "
+                    "conversation is cut back to before it), or the last messages are "
+                    "`role: tool` results of the client tool calls the thread's query waits on "
+                    "(all of them: 409 naming those left out, 404 an unknown call, 409 one "
+                    "answered already), and the run streams the rest of that query; or "
+                    "`resume` answers its approval interrupts. `tools` are the client's own "
+                    "tools (`parameters` their input schema; 422 for a service tool's name or "
+                    "one given twice): a call of one ends the run with `RUN_FINISHED` "
+                    "`outcome: {type: success, pendingToolCallIds}` while the query waits. "
+                    "`forwardedProps.multitask_strategy` (`reject`, the default: 409 while a "
+                    "query runs; `enqueue`: 429 past `AGENT_MAX_QUEUED`; `interrupt`; "
+                    "`rollback`) says what it does while a query runs. `context` and `state` "
+                    "are accepted and not read. Message ids are stable across runs: each "
+                    "`MESSAGES_SNAPSHOT` names the messages as the stream did. Each event has "
+                    "the log's id as `id:`."
                 ),
                 "requestBody": {"required": True, "content": {JSON: {"schema": ref("AgUiRunAgentInput")}}},
                 "responses": {

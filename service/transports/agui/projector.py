@@ -5,14 +5,20 @@ with these events, one SSE ``data:`` each, with the log entry's id as ``id:`` (A
 resume): ``RUN_STARTED``, then ``MESSAGES_SNAPSHOT`` (the conversation so far, so a client that
 joins late has it), ``STEP_STARTED`` / ``STEP_FINISHED`` around each model turn,
 ``TEXT_MESSAGE_START`` / ``_CONTENT`` / ``_END``, ``REASONING_START`` with
-``REASONING_MESSAGE_*`` and ``REASONING_END``, ``TOOL_CALL_START`` / ``_ARGS`` / ``_END`` /
-``_RESULT`` for the service's own tools, and ``RUN_FINISHED`` (usage and the answer in
-``result``) or ``RUN_ERROR``.
+``REASONING_MESSAGE_*`` and ``REASONING_END``, ``TOOL_CALL_START`` / ``_ARGS`` / ``_END`` and
+``TOOL_CALL_RESULT``, and ``RUN_FINISHED`` (usage and the answer in ``result``) or ``RUN_ERROR``.
 
-A query that waits for tool approvals ends the HTTP run with ``RUN_FINISHED`` whose ``outcome`` is
-``{"type": "interrupt", "interrupts": [...]}``, one interrupt per pending approval (``id`` the
-approval id, ``toolCallId``, ``expiresAt``, the call in ``metadata``); the query keeps waiting on
-the server, and the next ``RunAgentInput`` whose ``resume`` answers them continues it.
+The ids are the conversation's own (:mod:`service.transports.agui.models`): a model turn's text
+and tool calls belong to the assistant message ``turn_message_id(reply_id, turn)``, which the
+session stores under the same id, so a later snapshot names every message as the stream did.
+
+A query that waits ends the HTTP run while it keeps waiting on the server: for tool approvals
+with ``RUN_FINISHED`` whose ``outcome`` is ``{"type": "interrupt", "interrupts": [...]}``, one
+interrupt per pending approval (``id`` the approval id, ``toolCallId``, ``expiresAt``, the call
+in ``metadata``), answered by the next ``RunAgentInput``'s ``resume``; for calls of the client's
+own tools with a ``success`` outcome naming them in ``pendingToolCallIds``, answered by the next
+input's ``role: "tool"`` messages. Either way that next run streams the rest of the same query,
+from a ``MESSAGES_SNAPSHOT`` of what the client was shown up to the wait.
 
 As with :mod:`service.transports.aisdk.projector`, an :class:`AgUiStream` per stream keeps which message is
 open, fed in order (and primed with what a resumed client has seen); each event kind has a handler
@@ -37,6 +43,7 @@ from ag_ui.core import (
     RunErrorEvent,
     RunFinishedEvent,
     RunFinishedInterruptOutcome,
+    RunFinishedSuccessOutcome,
     RunStartedEvent,
     StepFinishedEvent,
     StepStartedEvent,
@@ -52,7 +59,10 @@ from ag_ui.core import (
 )
 from ag_ui.encoder import EventEncoder
 
+from service.core.conversation import turn_message_id
 from service.core.events import (
+    ClientToolRequest,
+    ClientToolResult,
     Event,
     ReasoningDelta,
     RunDone,
@@ -70,7 +80,7 @@ from service.core.events import (
 )
 from service.core.log import LogEntry
 from service.core.sessions import WAITING
-from service.transports.agui.models import messages_of
+from service.transports.agui.models import Transcript, history_before, messages_of, tool_message_id
 from service.transports.stream.follow import Ending
 from service.transports.stream.resume import waits_after
 from service.transports.stream.sse import Projector
@@ -93,17 +103,26 @@ class AgUiStream(Projector):
     """The AG-UI events of one stream, from the log entries it is fed in order."""
 
     def __init__(
-        self, thread_id: str, history: list[dict[str, Any]], run_id: str | None = None, head: str = ""
+        self,
+        thread_id: str,
+        conversation: list[dict[str, Any]],
+        run_id: str | None = None,
+        *,
+        continued: bool = False,
     ) -> None:
-        self._head = head  # a continued run's RUN_STARTED
         self.thread_id = thread_id
-        self.history = history  # the conversation before this query (Bedrock's format)
+        # The session's conversation (Bedrock's format); the query's history is cut from it when
+        # its RUN_STARTED is projected, as the query may have added to it by then, or not yet.
+        self.conversation = conversation
         self.run_id = run_id  # the client's runId, else the log's
+        self.continued = continued  # a run that goes on with a query that waited
+        self.reply_id = ""  # the query's answer (the ids of its messages derive from it)
         self.message_id: str | None = None  # the open text message
         self.reasoning_id: str | None = None  # the open reasoning message
         self.step: str | None = None  # the open step's name
-        self.turn_message: str | None = None  # the current turn's text message (a tool call's parent)
         self.interrupts: dict[str, Interrupt] = {}  # the approvals pending, by id
+        self.pending_calls: dict[str, None] = {}  # the client tool calls waiting, in order
+        self.transcript: Transcript | None = None  # what a primed client was shown
 
     def events(self, entry: LogEntry) -> list[BaseEvent]:
         """The AG-UI events one log entry becomes (often none)."""
@@ -112,27 +131,42 @@ class AgUiStream(Projector):
 
     def prime(self, entries: list[LogEntry]) -> None:
         """Take in what a resumed client has seen already, writing nothing."""
+        transcript = self.transcript = self.transcript or Transcript()
         for entry in entries:
-            self.events(entry)
+            for event in self.events(entry):
+                transcript.apply(event)
 
     def ended(self, error: RunError) -> list[BaseEvent]:
         """The events that end a stream cut short (the log purged or closed, the store gone)."""
         return [RunErrorEvent(message=error.error, code=error.code)]
 
     def paused(self) -> list[BaseEvent]:
-        """The events that end a run whose query now waits for approvals."""
+        """The events that end a run whose query now waits: for approvals (an interrupt), or for
+        the results of the client's tools (they are the run's pending tool calls)."""
         events = self._close_step()
+        outcome: RunFinishedInterruptOutcome | RunFinishedSuccessOutcome | None = None
         if self.interrupts:
             outcome = RunFinishedInterruptOutcome(interrupts=list(self.interrupts.values()))
-            events.append(
-                RunFinishedEvent(thread_id=self.thread_id, run_id=self.run_id or "", outcome=outcome)
-            )
+        elif self.pending_calls:
+            outcome = RunFinishedSuccessOutcome(pending_tool_call_ids=list(self.pending_calls))
+        events.append(RunFinishedEvent(thread_id=self.thread_id, run_id=self.run_id or "", outcome=outcome))
         return events
 
     # As the stream's projector (see service.transports.stream.sse).
 
     def head(self) -> str:
-        return self._head
+        """A continued run's start: its own RUN_STARTED, and the messages the client was shown up
+        to the wait (so it drops what it added itself, such as its tool messages, for the
+        service's own, which the stream brings next)."""
+        if not self.continued:
+            return ""
+        shown = self.transcript.messages if self.transcript is not None else []
+        return "".join(
+            [
+                encode(RunStartedEvent(thread_id=self.thread_id, run_id=self.run_id or "")),
+                encode(MessagesSnapshotEvent(messages=shown)),
+            ]
+        )
 
     def frames(self, entry: LogEntry) -> bytes:
         """The entry's SSE blocks (AG-UI's client splits events on a bare ``\\n\\n``).
@@ -179,11 +213,13 @@ class AgUiStream(Projector):
             self.message_id = None
         return events
 
+    def _turn_message(self, turn: int) -> str:
+        return turn_message_id(self.reply_id, turn)
+
     def _open_step(self, turn: int) -> list[BaseEvent]:
         if self.step is not None:
             return []
         self.step = f"turn-{turn}"
-        self.turn_message = None
         return [StepStartedEvent(step_name=self.step)]
 
     def _close_step(self) -> list[BaseEvent]:
@@ -195,9 +231,11 @@ class AgUiStream(Projector):
 
     def _run_started(self, event: RunStarted, entry_id: int) -> list[BaseEvent]:
         run_id = self.run_id = self.run_id or event.run_id
+        self.reply_id = event.reply_id or event.run_id  # a log from before the ids: the run's
+        history = history_before(self.conversation, event.message_id)
         messages = [
-            *messages_of(self.history),
-            UserMessage(id=f"m{len(self.history)}", content=event.message),
+            *messages_of(history),
+            UserMessage(id=event.message_id or f"m{len(history)}", content=event.message),
         ]
         return [
             RunStartedEvent(thread_id=self.thread_id, run_id=run_id),
@@ -208,7 +246,7 @@ class AgUiStream(Projector):
         events = self._open_step(event.turn)
         if self.message_id is None:
             events += self._close_blocks()
-            self.message_id = self.turn_message = f"msg-{entry_id}"
+            self.message_id = self._turn_message(event.turn)
             events.append(TextMessageStartEvent(message_id=self.message_id, role="assistant"))
         if event.text:  # AG-UI wants a delta to say something
             events.append(TextMessageContentEvent(message_id=self.message_id, delta=event.text))
@@ -218,7 +256,7 @@ class AgUiStream(Projector):
         events = self._open_step(event.turn)
         if self.reasoning_id is None:
             events += self._close_blocks()
-            self.reasoning_id = f"reasoning-{entry_id}"
+            self.reasoning_id = f"{self._turn_message(event.turn)}-reasoning"
             events.append(ReasoningStartEvent(message_id=self.reasoning_id))
             events.append(ReasoningMessageStartEvent(message_id=self.reasoning_id, role="reasoning"))
         if event.text:
@@ -229,7 +267,9 @@ class AgUiStream(Projector):
         events = [*self._open_step(event.turn), *self._close_blocks()]
         events.append(
             ToolCallStartEvent(
-                tool_call_id=event.tool_use_id, tool_call_name=event.tool, parent_message_id=self.turn_message
+                tool_call_id=event.tool_use_id,
+                tool_call_name=event.tool,
+                parent_message_id=self._turn_message(event.turn),
             )
         )
         return events
@@ -243,7 +283,7 @@ class AgUiStream(Projector):
     def _tool_result(self, event: ToolResult, entry_id: int) -> list[BaseEvent]:
         return [
             ToolCallResultEvent(
-                message_id=f"tool-{entry_id}",
+                message_id=tool_message_id(event.tool_use_id),
                 tool_call_id=event.tool_use_id,
                 content=event.result,
                 role="tool",
@@ -264,6 +304,14 @@ class AgUiStream(Projector):
 
     def _approval_response(self, event: ToolApprovalResponse, entry_id: int) -> list[BaseEvent]:
         self.interrupts.pop(event.approval_id, None)
+        return []
+
+    def _client_tool_request(self, event: ClientToolRequest, entry_id: int) -> list[BaseEvent]:
+        self.pending_calls[event.tool_use_id] = None
+        return []
+
+    def _client_tool_result(self, event: ClientToolResult, entry_id: int) -> list[BaseEvent]:
+        self.pending_calls.pop(event.tool_use_id, None)
         return []
 
     def _step(self, event: StepCompleted, entry_id: int) -> list[BaseEvent]:
@@ -310,6 +358,8 @@ _HANDLERS: dict[type[Event], Callable[[AgUiStream, Any, int], list[BaseEvent]]] 
     ToolResult: AgUiStream._tool_result,
     ToolApprovalRequest: AgUiStream._approval_request,
     ToolApprovalResponse: AgUiStream._approval_response,
+    ClientToolRequest: AgUiStream._client_tool_request,
+    ClientToolResult: AgUiStream._client_tool_result,
     StepCompleted: AgUiStream._step,
     RunDone: AgUiStream._done,
     RunError: AgUiStream._error,
