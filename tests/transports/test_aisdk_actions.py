@@ -18,6 +18,7 @@ from aiohttp.test_utils import TestClient
 
 from service.core.log import LogEntry
 from tests.conftest import ClientFactory, services_of, sse_blocks
+from tests.support.node import AI_MAJORS, require_node, run_node
 
 fast = pytest.mark.fast
 
@@ -309,3 +310,189 @@ async def test_get_chat_is_404_for_a_chat_one_has_not_made(make_client: ClientFa
     chat = await ui_chat(client, "hers", alice)
     assert [m["role"] for m in chat] == ["user", "assistant"]
     assert chat[1]["metadata"]["usage"]["total_tokens"] > 0
+
+
+# -- with npm ai 6 and 7's own chat --------------------------------------------------------------
+
+
+@pytest.fixture(params=AI_MAJORS, ids=[f"ai{major}" for major in AI_MAJORS])
+def ai(request: pytest.FixtureRequest) -> int:
+    """The major version of npm ``ai`` the scripts run on: every such test runs on both."""
+    return int(request.param)
+
+
+def base_url(client: TestClient) -> str:
+    return str(client.make_url("")).rstrip("/")
+
+
+async def actions(client: TestClient, chat_id: str, ai: int, *steps: dict[str, Any]) -> list[dict[str, Any]]:
+    """Run ``steps`` in one AbstractChat (tests/node/aisdk_actions.mjs); each step's chat after it."""
+    require_node()
+    result = await run_node("aisdk_actions.mjs", base_url(client), chat_id, json.dumps(steps), ai=ai)
+    assert result["errors"] == []
+    assert all(step["status"] == "ready" for step in result["steps"])
+    return result["steps"]  # type: ignore[no-any-return]
+
+
+def shape(messages: list[dict[str, Any]]) -> list[tuple[str, str, list[tuple[Any, ...]]]]:
+    """What a chat shows of its messages: ids, roles, and each part's kind, state and content."""
+    return [
+        (
+            message["id"],
+            message["role"],
+            [
+                (part["type"], part.get("state"), part.get("text"), part.get("input"), part.get("output"))
+                for part in message["parts"]
+            ],
+        )
+        for message in messages
+    ]
+
+
+async def test_regenerate_leaves_the_question_and_the_new_answer(client: TestClient, ai: int) -> None:
+    first, again = await actions(
+        client, "c-regen", ai, {"send": "Tell me a story [emu:tokens=6]"}, {"regenerate": None}
+    )
+    question, answer = again["messages"]
+    assert question["id"] == first["messages"][0]["id"]
+    assert answer["id"] != first["messages"][1]["id"]
+    session = await session_of(client, "c-regen")
+    assert [m["id"] for m in session["messages"]] == [question["id"], answer["id"]]
+    chat = await ui_chat(client, "c-regen")
+    assert shape(chat) == shape(again["messages"])
+    assert chat[1]["metadata"]["usage"] == answer["metadata"]["usage"]
+
+
+async def test_an_edit_of_the_first_question_costs_what_a_fresh_chat_does(
+    client: TestClient, ai: int
+) -> None:
+    (control,) = await actions(client, "c-fresh", ai, {"send": "Name a colour"})
+    steps = await actions(
+        client,
+        "c-edit",
+        ai,
+        {"send": "Name a fruit"},
+        {"send": "Name a city"},
+        {"send": "Name a tree"},
+        {"edit": 0, "text": "Name a colour"},
+    )
+    edited = steps[-1]["messages"]
+    assert [m["role"] for m in edited] == ["user", "assistant"]
+    assert edited[0]["id"] == steps[0]["messages"][0]["id"]
+    assert edited[0]["parts"][0]["text"] == "Name a colour"
+    session = await session_of(client, "c-edit")
+    assert [m["id"] for m in session["messages"]] == [m["id"] for m in edited]
+    assert shape(await ui_chat(client, "c-edit")) == shape(edited)
+    fresh_usage = control["messages"][1]["metadata"]["usage"]
+    assert edited[1]["metadata"]["usage"]["input_tokens"] == fresh_usage["input_tokens"]
+    # The log agrees: the edited question's model turn was sent what a fresh chat's was.
+    entries = await logged_until(client, "c-edit", "conversation_rewound")
+    after = await logged_until(client, "c-edit", "turn_completed", entries[-1].id)
+    assert after[-1].event.usage.input_tokens == fresh_usage["input_tokens"]
+
+
+async def test_a_chat_loaded_from_get_api_chat_goes_on_in_the_same_session(
+    client: TestClient, ai: int
+) -> None:
+    steps = await actions(
+        client,
+        "c-load",
+        ai,
+        {"send": "What is 12*7?"},
+        {"send": "Think first [emu:reasoning]"},
+        {"load": True},
+        {"send": "Say hello"},
+    )
+    live, loaded, went_on = steps[1], steps[2], steps[3]
+    assert shape(loaded["loaded"]) == shape(live["messages"])
+    tool = loaded["loaded"][1]["parts"][1]
+    assert (tool["type"], tool["toolName"], tool["output"]) == ("dynamic-tool", "calculator", "84")
+    assert any(part["type"] == "reasoning" for part in loaded["loaded"][3]["parts"])
+    assert [m["role"] for m in went_on["messages"]] == ["user", "assistant"] * 3
+    assert went_on["messages"][:4] == loaded["loaded"]
+    session = await session_of(client, "c-load")
+    assert [m["id"] for m in session["messages"] if m["role"] == "user" and "text" in m["content"][0]] == [
+        m["id"] for m in went_on["messages"] if m["role"] == "user"
+    ]
+    assert shape(await ui_chat(client, "c-load")) == shape(went_on["messages"])
+
+
+async def test_a_browser_tool_answered_by_on_tool_call_while_another_tab_follows(
+    client: TestClient, ai: int
+) -> None:
+    require_node()
+    result = await run_node("aisdk_browser_tool.mjs", base_url(client), "c-tool", WHERE_AND_SUM, ai=ai)
+    assert result["errors"] == [] and result["status"] == "ready"
+    # onToolCall saw the browser's tool only (the calculator is the service's: dynamic).
+    [call] = result["calls"]
+    assert call["toolName"] == "get_location" and not call.get("dynamic")
+    waited, rest = result["chunks"]
+    assert waited[0] == "start" and waited[-2:] == ["finish-step", "finish"]
+    assert "start" not in rest and rest[0] == "tool-output-available" and rest[-1] == "finish"
+    # One assistant message: the tool turn (both tools), then the answer.
+    question, answer = result["messages"]
+    tools = [(p["type"], p["state"], p.get("output")) for p in answer["parts"] if "toolCallId" in p]
+    assert tools == [
+        ("tool-get_location", "output-available", {"city": "Lyon"}),
+        ("dynamic-tool", "output-available", "4"),
+    ]
+    assert text(answer["parts"])
+    # The other tab's resumed stream ended where the query waited, the call in the same state.
+    [resumed] = result["watcherChunks"]
+    assert resumed == waited
+    [watched] = result["watching"]
+    assert watched["id"] == answer["id"]
+    assert [(p["type"], p["state"]) for p in watched["parts"] if "toolCallId" in p] == [
+        ("tool-get_location", "input-available"),
+        ("dynamic-tool", "output-available"),
+    ]
+    # The session's own events tell the same query: the request, the browser's answer, the end.
+    events = result["events"]
+    [started] = [e["data"] for e in events if e["type"] == "processing"]
+    assert (started["message_id"], started["reply_id"]) == (question["id"], answer["id"])
+    [asked] = [e["data"] for e in events if e["type"] == "client_tool_request"]
+    [told] = [e["data"] for e in events if e["type"] == "client_tool_result"]
+    assert asked["toolUseId"] == told["toolUseId"] == call["toolCallId"]
+    assert (told["output"], told["by"]) == ({"city": "Lyon"}, "ai-sdk")
+    assert "waiting" in [e["data"]["status"] for e in events if e["type"] == "status_change"]
+    ids = [e["id"] for e in events]
+    assert ids == list(range(ids[0], ids[0] + len(ids)))
+    # And the chat as the server keeps it is the chat the first tab holds.
+    assert shape(result["loaded"]) == shape(result["messages"])
+
+
+async def two_tabs(client: TestClient, chat_id: str, ai: int, strategy: str, first: str) -> dict[str, Any]:
+    require_node()
+    result = await run_node(
+        "aisdk_multitask.mjs", base_url(client), chat_id, strategy, first, "Say hello [emu:tokens=3]", ai=ai
+    )
+    assert result["errors"] == []
+    assert result["first"]["status"] == result["second"]["status"] == "ready"
+    return result
+
+
+async def test_enqueue_over_api_chat_streams_the_message_once_its_turn_comes(
+    client: TestClient, ai: int
+) -> None:
+    result = await two_tabs(client, "c-enqueue", ai, "enqueue", "Count [emu:tokens=20] [emu:tps=10]")
+    first, second = result["first"]["messages"], result["second"]["messages"]
+    assert first[1]["metadata"].get("cancelled") is None and second[1]["metadata"].get("cancelled") is None
+    assert result["second"]["chunks"][0] == "start" and result["second"]["chunks"][-1] == "finish"
+    session = await session_of(client, "c-enqueue")
+    assert [m["id"] for m in session["messages"]] == [m["id"] for m in first + second]
+    # The second query started once the first had ended: nothing of it interleaved.
+    entries = await logged_until(client, "c-enqueue", "done")
+    later = await logged_until(client, "c-enqueue", "run_started", entries[-1].id)
+    assert later[-1].event.message_id == second[0]["id"]
+
+
+async def test_interrupt_over_api_chat_stops_the_running_answer(client: TestClient, ai: int) -> None:
+    result = await two_tabs(client, "c-interrupt", ai, "interrupt", "Long [emu:tokens=4000] [emu:tps=20]")
+    first, second = result["first"]["messages"], result["second"]["messages"]
+    assert result["first"]["chunks"][-2:] == ["abort", "finish"]
+    assert first[1]["metadata"]["cancelled"] is True
+    assert second[1]["metadata"].get("cancelled") is None and text(second[1]["parts"])
+    chat = await ui_chat(client, "c-interrupt")
+    assert [m["id"] for m in chat] == [m["id"] for m in first + second]
+    assert chat[1]["metadata"]["interrupted"] is True and "interrupted" not in chat[3]["metadata"]
+    assert text(chat[1]["parts"]) == text(first[1]["parts"])
