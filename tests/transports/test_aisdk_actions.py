@@ -9,18 +9,24 @@ the fuzz test throws the new fields at ``POST /api/chat``. Every wait is on the 
 from __future__ import annotations
 
 import json
+import logging
 from contextlib import aclosing
+from itertools import count
 from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient
+from hypothesis import event, given
+from hypothesis import strategies as st
 
 from service.core.log import LogEntry
 from tests.conftest import ClientFactory, services_of, sse_blocks
 from tests.support.node import AI_MAJORS, require_node, run_node
+from tests.transports.test_fuzz import FUZZ_SETTINGS, any_text, assert_error, finish, fuzz, json_values
 
 fast = pytest.mark.fast
+_chat_ids = count()
 
 LOCATION_TOOL = {
     "description": "Where the user is",
@@ -496,3 +502,142 @@ async def test_interrupt_over_api_chat_stops_the_running_answer(client: TestClie
     assert [m["id"] for m in chat] == [m["id"] for m in first + second]
     assert chat[1]["metadata"]["interrupted"] is True and "interrupted" not in chat[3]["metadata"]
     assert text(chat[1]["parts"]) == text(first[1]["parts"])
+
+
+# -- fuzz ----------------------------------------------------------------------------------------
+
+# Placeholders the example fills in with the ids of a query that waits on a browser tool.
+CALL, REPLY, QUESTION = "$call", "$reply", "$question"
+
+
+def mostly(good: st.SearchStrategy[Any], bad: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """Mostly ``good``: enough bodies get past the shape checks to reach the actions."""
+    return st.sampled_from([good] * 7 + [bad]).flatmap(lambda chosen: chosen)
+
+
+ids = mostly(st.sampled_from([CALL, REPLY, QUESTION, "u", "nope"]), any_text | json_values)
+tool_parts = st.fixed_dictionaries(
+    {
+        "type": mostly(
+            st.sampled_from(["tool-get_location", "tool-calculator", "dynamic-tool", "step-start", "text"]),
+            any_text | json_values,
+        ),
+        "state": mostly(
+            st.sampled_from(["input-available", "output-available", "output-error", "approval-responded"]),
+            json_values,
+        ),
+    },
+    optional={
+        "toolCallId": mostly(st.just(CALL), ids),
+        "output": json_values,
+        "errorText": mostly(st.just("no GPS"), any_text | json_values),
+        "text": any_text,
+        "approval": st.fixed_dictionaries({"id": ids, "approved": st.booleans() | json_values}) | json_values,
+    },
+)
+user_parts = st.just([{"type": "text", "text": "Hi [emu:tokens=2]"}]) | st.lists(
+    st.fixed_dictionaries({"type": st.just("text"), "text": any_text}), max_size=2
+)
+chat_messages = st.fixed_dictionaries(
+    {
+        "role": mostly(st.sampled_from(["user", "assistant"]), json_values),
+        "parts": mostly(user_parts | st.lists(tool_parts, max_size=3), json_values),
+    },
+    optional={"id": ids},
+)
+chat_tools = mostly(
+    st.just({"get_location": LOCATION_TOOL}),
+    st.dictionaries(
+        st.sampled_from(["get_location", "calculator", "has space", ""]) | any_text,
+        st.fixed_dictionaries(
+            {}, optional={"description": any_text | json_values, "inputSchema": json_values}
+        )
+        | json_values,
+        max_size=2,
+    )
+    | json_values,
+)
+# The last message: a question, or the browser's answer to a waiting call (as the chat sends them).
+last_messages = mostly(
+    st.fixed_dictionaries(
+        {
+            "role": st.just("user"),
+            "parts": st.sampled_from(["Hi [emu:tokens=2]", "Where? [emu:tool=get_location]"]).map(
+                lambda text: [{"type": "text", "text": text}]
+            ),
+        },
+        optional={"id": ids},
+    )
+    | st.fixed_dictionaries(
+        {
+            "id": st.just(REPLY),
+            "role": st.just("assistant"),
+            "parts": st.lists(tool_parts, max_size=2).map(lambda parts: [{"type": "step-start"}, *parts]),
+        }
+    ),
+    chat_messages,
+)
+fuzzed_fields = st.fixed_dictionaries(
+    {"messages": st.tuples(st.lists(chat_messages, max_size=2), last_messages).map(lambda m: [*m[0], m[1]])},
+    optional={
+        "trigger": mostly(st.sampled_from(["submit-message", "regenerate-message"]), json_values),
+        "messageId": ids,
+        "tools": chat_tools,
+        "multitask_strategy": mostly(
+            st.sampled_from(["reject", "enqueue", "interrupt", "rollback"]), json_values
+        ),
+    },
+)
+
+
+def filled(value: Any, ids: dict[str, str]) -> Any:
+    """``value`` with the placeholders replaced by the waiting query's ids."""
+    if isinstance(value, str):
+        return ids.get(value, value)
+    if isinstance(value, list):
+        return [filled(item, ids) for item in value]
+    if isinstance(value, dict):
+        return {key: filled(item, ids) for key, item in value.items()}
+    return value
+
+
+@pytest.fixture
+async def fuzzed(make_client: ClientFactory, caplog: pytest.LogCaptureFixture) -> TestClient:
+    """The service with the fuzz tests' small limits; a browser tool's call unanswered for a
+    second gets its error result, so a message queued behind one (``enqueue``) soon runs."""
+    caplog.set_level(logging.WARNING)
+    return await make_client(**FUZZ_SETTINGS, client_tool_timeout_s=1)
+
+
+@pytest.mark.slow
+@fuzz
+@given(fields=fuzzed_fields, waiting=st.booleans())
+async def test_chat_actions_fuzz(
+    fuzzed: TestClient,
+    caplog: pytest.LogCaptureFixture,
+    fields: dict[str, Any],
+    waiting: bool,
+) -> None:
+    caplog.clear()
+    chat_id = f"fa{next(_chat_ids)}"
+    known = {CALL: "none", REPLY: "none", QUESTION: "q0"}
+    if waiting:
+        # A query that waits on the browser: the fuzzed body may answer it, edit or regenerate.
+        question = user("Where? [emu:tool=get_location]", "q0")
+        parts = await post_chat(fuzzed, body_of(chat_id, [question], tools={"get_location": LOCATION_TOOL}))
+        known.update(
+            {CALL: of_type(parts, "tool-input-available")[0]["toolCallId"], REPLY: parts[0]["messageId"]}
+        )
+    body = {"id": chat_id, **filled(fields, known)}
+    raw = json.dumps(body).encode()
+    async with fuzzed.post("/api/chat", data=raw, headers={"Content-Type": "application/json"}) as response:
+        event(f"status {response.status}")
+        if response.status == 200:
+            data = [block["data"] async for block in sse_blocks(response)]
+            assert data[-1] == "[DONE]"
+            assert json.loads(data[-2])["type"] in ("finish", "error")
+        else:
+            await assert_error(response, {400, 404, 409, 413, 422, 429})
+    async with fuzzed.post(f"/sessions/{chat_id}/cancel"):
+        pass  # a query left waiting on the browser ends here
+    await finish(fuzzed, caplog)

@@ -49,6 +49,10 @@ class ChatTool(BaseModel):
     )
 
 
+# The name of a tool the browser runs (that of a client tool: see ClientTool in the edge's inputs).
+ToolName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+
+
 class ChatRequest(BaseModel):
     """Body of ``POST /api/chat``: what ``DefaultChatTransport.sendMessages`` sends, with the
     ``body`` a front end gives the transport (``tools``, ``multitask_strategy``)."""
@@ -59,7 +63,7 @@ class ChatRequest(BaseModel):
     messages: list[UIMessage] = Field(min_length=1)
     trigger: Literal["submit-message", "regenerate-message"] = "submit-message"
     messageId: str | None = None  # noqa: N815 (the AI SDK's name)
-    tools: Annotated[dict[str, ChatTool], Field(max_length=64)] | None = Field(
+    tools: Annotated[dict[ToolName, ChatTool], Field(max_length=64)] | None = Field(
         None, description="Tools the browser runs itself, by name (`onToolCall` answers their calls)."
     )
     multitask_strategy: Strategy = Field(
