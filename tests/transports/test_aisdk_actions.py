@@ -20,7 +20,17 @@ from aiohttp.test_utils import TestClient
 from hypothesis import event, given
 from hypothesis import strategies as st
 
+from service.core.events import (
+    ClientToolRequest,
+    ClientToolResult,
+    RunStarted,
+    StatusChange,
+    ToolResult,
+    ToolUse,
+    ToolUseStart,
+)
 from service.core.log import LogEntry
+from service.transports.aisdk.projector import UIMessageStream
 from tests.conftest import ClientFactory, services_of, sse_blocks
 from tests.support.node import AI_MAJORS, require_node, run_node
 from tests.transports.test_fuzz import FUZZ_SETTINGS, any_text, assert_error, finish, fuzz, json_values
@@ -101,6 +111,53 @@ async def logged_until(client: TestClient, chat_id: str, kind: str, after: int =
                 if entry.event.type == kind:
                     return seen
     raise AssertionError(f"the log ended before a {kind}")
+
+
+# -- the projection, as a pure function of the log ---------------------------------------------------
+
+
+def entries(events: list[Any]) -> list[LogEntry]:
+    return [LogEntry(id=1 + n, event=event, size=0, ts=1.0) for n, event in enumerate(events)]
+
+
+@fast
+def test_browser_tools_project_as_static_parts_with_the_output_the_browser_gave() -> None:
+    stream = UIMessageStream(server_tool=lambda name: name == "calculator")
+    log = entries(
+        [
+            RunStarted(run_id="r1", message="Where?", max_turns=5, message_id="u1", reply_id="a1"),
+            ToolUseStart(tool="get_location", tool_use_id="t1"),
+            ToolUse(tool="get_location", tool_use_id="t1", input={}),
+            ToolUseStart(tool="calculator", tool_use_id="t2"),
+            ToolUse(tool="calculator", tool_use_id="t2", input={"expression": "2+2"}),
+            ToolResult(tool="calculator", tool_use_id="t2", result="4"),
+            ClientToolRequest(tool="get_location", tool_use_id="t1", input={}, expires_at=1.0),
+            StatusChange(status="waiting"),
+            ClientToolResult(tool_use_id="t1", output={"city": "Lyon"}, by="ai-sdk"),
+            StatusChange(status="running"),
+            ToolResult(tool="get_location", tool_use_id="t1", result='{"city":"Lyon"}'),
+        ]
+    )
+    parts = [part for entry in log for part in stream.parts(entry)]
+    assert parts[0] == {"type": "start", "messageId": "a1"}
+    assert parts[2] == {"type": "tool-input-start", "toolCallId": "t1", "toolName": "get_location"}
+    assert parts[3] == {
+        "type": "tool-input-available",
+        "toolCallId": "t1",
+        "toolName": "get_location",
+        "input": {},
+    }
+    assert parts[4]["dynamic"] is True and parts[6] == {
+        "type": "tool-output-available",
+        "toolCallId": "t2",
+        "output": "4",
+        "dynamic": True,
+    }
+    # The browser's output once, as it gave it (not the text the model was told).
+    assert parts[7:] == [{"type": "tool-output-available", "toolCallId": "t1", "output": {"city": "Lyon"}}]
+    # A run logged before reply ids existed keeps the old message id.
+    [start] = UIMessageStream().parts(entries([RunStarted(run_id="r2", message="x", max_turns=1)])[0])
+    assert start == {"type": "start", "messageId": "msg-r2"}
 
 
 # -- ids, regenerate, edit -------------------------------------------------------------------------
