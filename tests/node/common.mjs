@@ -15,10 +15,10 @@ export function userMessage(text, n = 1) {
 
 // The state AbstractChat keeps (what useChat keeps in React state), held plainly.
 export class ChatState {
-  constructor() {
+  constructor(messages = []) {
     this.status = 'ready';
     this.error = undefined;
-    this.messages = [];
+    this.messages = messages;
   }
   pushMessage(message) {
     this.messages = [...this.messages, message];

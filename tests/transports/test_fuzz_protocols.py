@@ -125,6 +125,9 @@ def chat_status(value: Any) -> int:
     )
     if not text.strip() or has_surrogate(text) or len(text) > MAX_CHARS:
         return 422
+    if value.get("trigger") == "regenerate-message" or isinstance(value.get("messageId"), str):
+        # An answer to give again, or a message to edit: a fresh chat holds none.
+        return 404
     return 200
 
 
@@ -155,7 +158,8 @@ async def test_chat_bodies(
     raw, expected = prepared(body, keep_id, "id", chat_status)
     async with fuzzed.post("/api/chat", data=raw, headers={"Content-Type": "application/json"}) as response:
         event(f"status {response.status}")
-        if response.status == 200 and expected == 200:
+        if response.status == 200 and (expected == 200 or (expected == 404 and keep_id)):
+            # (A chat id kept from an earlier example may hold the message a 404 was for.)
             text = await response.text()
             assert text.rstrip().endswith("data: [DONE]"), text[-200:]
             assert '"type":"finish"' in text

@@ -1,4 +1,5 @@
-"""The AI SDK face's part of ``GET /openapi.json``: ``/api/chat`` and its resume.
+"""The AI SDK face's part of ``GET /openapi.json``: ``/api/chat``, its resume, and the chat as
+``UIMessage[]``.
 
 The request body is generated from :class:`~service.transports.aisdk.models.ChatRequest`, the
 model the handler validates with (its schemas named ``AiSdk...``); the stream's parts are summed
@@ -21,6 +22,7 @@ from service.transports.edge.openapi import (
     Fragment,
     Parts,
     ref,
+    refs,
     resume_errors,
     sse,
     start_errors,
@@ -41,6 +43,8 @@ PART_TYPES = [
     "tool-input-available",
     "tool-output-available",
     "tool-output-error",
+    "tool-approval-request",
+    "tool-output-denied",
     "abort",
     "finish",
     "error",
@@ -75,6 +79,45 @@ def _generated() -> dict[str, Any]:
             "messageMetadata": {"type": "object", "description": "`usage`, `turns`, `stop_reason`"},
         },
     }
+    found["AiSdkChatMessage"] = {
+        "type": "object",
+        "description": (
+            "A message of the chat as npm `ai`'s `UIMessage` holds it: the user's text, or an "
+            "answer (every model turn of one query) with its parts."
+        ),
+        "required": ["id", "role", "parts"],
+        "properties": {
+            "id": {"type": "string", "description": "The id the server's conversation keeps it by."},
+            "role": {"type": "string", "enum": ["user", "assistant"]},
+            "parts": {"type": "array", "items": {"$ref": "#/components/schemas/AiSdkChatPart"}},
+            "metadata": {
+                "type": "object",
+                "description": "An answer's `usage` (its model turns'), and `interrupted: true` if it was cut short.",
+                "properties": {"usage": {"type": "object"}, "interrupted": {"type": "boolean"}},
+            },
+        },
+    }
+    found["AiSdkChatPart"] = {
+        "type": "object",
+        "description": (
+            "`text`, `reasoning`, `step-start` (one per model turn), `dynamic-tool` (the service's "
+            "own tools) or `tool-<name>` (the browser's)."
+        ),
+        "required": ["type"],
+        "properties": {
+            "type": {"type": "string"},
+            "text": {"type": "string"},
+            "state": {
+                "type": "string",
+                "enum": ["done", "input-available", "output-available", "output-error"],
+            },
+            "toolName": {"type": "string"},
+            "toolCallId": {"type": "string"},
+            "input": {},
+            "output": {},
+            "errorText": {"type": "string"},
+        },
+    }
     return found
 
 
@@ -93,8 +136,19 @@ def paths(settings: Settings, parts: Parts) -> dict[str, Any]:
                 "description": (
                     "The body `DefaultChatTransport` (npm `ai`) sends. `id` names the caller's "
                     "session, made on first use; the last message must be the user's and is the "
-                    f"new query (at most {settings.max_message_chars} characters). The reply "
-                    "has `x-vercel-ai-ui-message-stream: v1`; each part has the log's id as `id:`."
+                    f"new query (at most {settings.max_message_chars} characters), keeping its "
+                    "id. `start`'s `messageId` is the id the server keeps the answer by. "
+                    "`trigger: regenerate-message` answers again the answer `messageId` names (or "
+                    "the last); `submit-message` with a `messageId` naming an earlier message of "
+                    "the user's is an edit of it; an id the chat does not hold is a 404. `tools` "
+                    "(sent with the transport's `body`) are tools the browser runs: their calls "
+                    "are static tool parts and end the stream as a step awaiting them; the next "
+                    "request, its tool parts in `output-available` or `output-error`, gets the "
+                    "rest of the query (a result for a call not waited on: 404 or 409). A "
+                    "`tools` name of a service tool is a 422. `multitask_strategy`: while a "
+                    "query runs, a 409 (`reject`), or wait for it (`enqueue`), or stop it "
+                    "(`interrupt`, `rollback`). The reply has "
+                    "`x-vercel-ai-ui-message-stream: v1`; each part has the log's id as `id:`."
                 ),
                 "requestBody": {"required": True, "content": {JSON: {"schema": ref("AiSdkChatRequest")}}},
                 "responses": {
@@ -102,6 +156,26 @@ def paths(settings: Settings, parts: Parts) -> dict[str, Any]:
                     **start_errors(parts.common),
                 },
             }
+        },
+        "/api/chat/{session_id}": {
+            "parameters": [CLIENT_ID],
+            "get": {
+                "operationId": "aiSdkChatMessages",
+                "summary": "The chat as UIMessage[] (for useChat({messages}))",
+                "description": (
+                    "The server's conversation as npm `ai`'s `UIMessage[]`: each user message, "
+                    "then one assistant message per answer (its id the answer's, one `step-start` "
+                    "per model turn). 404 for a chat the caller has not made."
+                ),
+                "responses": {
+                    "200": {
+                        "description": "The chat's messages, oldest first.",
+                        "content": {JSON: {"schema": {"type": "array", "items": ref("AiSdkChatMessage")}}},
+                    },
+                    **parts.common,
+                    **refs("NotFound", "Unavailable"),
+                },
+            },
         },
         "/api/chat/{session_id}/stream": {
             "parameters": [CLIENT_ID],

@@ -5,11 +5,16 @@
 with the id of the log entry it comes from as ``id:``; ``data: [DONE]`` ends the stream. The part
 shapes are those of ``uiMessageChunkSchema`` in the ``ai`` package:
 
-- ``start`` ``{messageId}`` for the query, ``start-step`` / ``finish-step`` around each model turn;
+- ``start`` ``{messageId}`` for the query (the id the server's conversation keeps its answer by), ``start-step`` / ``finish-step`` around each model turn;
 - ``text-start`` / ``text-delta`` ``{id, delta}`` / ``text-end`` and the same for ``reasoning-*``;
 - the service's own tools as dynamic tools: ``tool-input-start`` ``{toolCallId, toolName}``,
   ``tool-input-delta`` ``{toolCallId, inputTextDelta}``, ``tool-input-available`` ``{input}``,
   then ``tool-output-available`` ``{output}`` or ``tool-output-error`` ``{errorText}``;
+- the browser's own tools (declared in the request's ``tools``) the same way but static (no
+  ``dynamic``): the chat holds them as ``tool-<name>`` parts and calls ``onToolCall`` with them
+  (its handlers skip ``toolCall.dynamic``). The query waits for their results, and the stream
+  ends as for an approval (below); the output the browser gave is told to every reader as
+  ``tool-output-available`` (or ``tool-output-error``) once it has come;
 - ``finish`` ``{finishReason, messageMetadata: {usage, turns, ...}}``, or ``abort`` then ``finish``
   for a cancelled query, or ``error`` ``{errorText}`` for a failed one;
 - a tool call that waits for approval: ``tool-approval-request`` ``{approvalId, toolCallId}``, and
@@ -32,6 +37,7 @@ from typing import Any
 
 from service import jsonsafe
 from service.core.events import (
+    ClientToolResult,
     Event,
     ReasoningDelta,
     RunDone,
@@ -84,13 +90,16 @@ def finish_reason(event: RunDone) -> str:
 class UIMessageStream(Projector):
     """The parts of one AI SDK stream, from the log entries it is fed in order."""
 
-    def __init__(self) -> None:
+    def __init__(self, server_tool: Callable[[str], bool] = lambda name: True) -> None:
+        self.server_tool = server_tool  # False for a tool the browser runs: a static tool part
         self.text_id: str | None = None  # the open text block
         self.reasoning_id: str | None = None  # the open reasoning block
         self.step_open = False
         self.started = False
         self.approval_calls: dict[str, str] = {}  # approval id -> its tool call id
         self.denied: set[str] = set()  # tool calls denied: their error result is not told again
+        self.browser_calls: set[str] = set()  # calls of the browser's tools
+        self.told: set[str] = set()  # browser tool calls whose result was told as the browser gave it
 
     def parts(self, entry: LogEntry) -> list[Part]:
         """The parts one log entry becomes (often none)."""
@@ -175,7 +184,7 @@ class UIMessageStream(Projector):
 
     def _run_started(self, event: RunStarted, entry_id: int) -> list[Part]:
         self.started = True
-        return [{"type": "start", "messageId": f"msg-{event.run_id}"}]
+        return [{"type": "start", "messageId": event.reply_id or f"msg-{event.run_id}"}]
 
     def _text(self, event: TextDelta, entry_id: int) -> list[Part]:
         parts = self._open_step()
@@ -195,31 +204,32 @@ class UIMessageStream(Projector):
         parts.append({"type": "reasoning-delta", "id": self.reasoning_id, "delta": event.text})
         return parts
 
+    def _tool_part(self, part: Part, tool_use_id: str) -> Part:
+        if tool_use_id not in self.browser_calls:
+            part["dynamic"] = True
+        return part
+
     def _tool_start(self, event: ToolUseStart, entry_id: int) -> list[Part]:
         parts = [*self._open_step(), *self._close_blocks()]
-        parts.append(
-            {
-                "type": "tool-input-start",
-                "toolCallId": event.tool_use_id,
-                "toolName": event.tool,
-                "dynamic": True,
-            }
-        )
+        if not self.server_tool(event.tool):
+            self.browser_calls.add(event.tool_use_id)
+        start = {"type": "tool-input-start", "toolCallId": event.tool_use_id, "toolName": event.tool}
+        parts.append(self._tool_part(start, event.tool_use_id))
         return parts
 
     def _tool_input(self, event: ToolInputDelta, entry_id: int) -> list[Part]:
         return [{"type": "tool-input-delta", "toolCallId": event.tool_use_id, "inputTextDelta": event.delta}]
 
     def _tool_use(self, event: ToolUse, entry_id: int) -> list[Part]:
-        return [
-            {
-                "type": "tool-input-available",
-                "toolCallId": event.tool_use_id,
-                "toolName": event.tool,
-                "input": event.input,
-                "dynamic": True,
-            }
-        ]
+        if not self.server_tool(event.tool):
+            self.browser_calls.add(event.tool_use_id)
+        available = {
+            "type": "tool-input-available",
+            "toolCallId": event.tool_use_id,
+            "toolName": event.tool,
+            "input": event.input,
+        }
+        return [self._tool_part(available, event.tool_use_id)]
 
     def _approval_request(self, event: ToolApprovalRequest, entry_id: int) -> list[Part]:
         self.approval_calls[event.approval_id] = event.tool_use_id
@@ -238,26 +248,25 @@ class UIMessageStream(Projector):
         self.denied.add(call)
         return [{"type": "tool-output-denied", "toolCallId": call}]
 
+    def _client_result(self, event: ClientToolResult, entry_id: int) -> list[Part]:
+        # The output as the browser gave it (the model is told it as text, in the tool_result).
+        call = event.tool_use_id
+        self.told.add(call)
+        if event.error is not None:
+            part = {"type": "tool-output-error", "toolCallId": call, "errorText": event.error}
+        else:
+            part = {"type": "tool-output-available", "toolCallId": call, "output": event.output}
+        return [self._tool_part(part, call)]
+
     def _tool_result(self, event: ToolResult, entry_id: int) -> list[Part]:
-        if event.tool_use_id in self.denied:
+        call = event.tool_use_id
+        if call in self.denied or call in self.told:
             return []
         if event.is_error:
-            return [
-                {
-                    "type": "tool-output-error",
-                    "toolCallId": event.tool_use_id,
-                    "errorText": event.result,
-                    "dynamic": True,
-                }
-            ]
-        return [
-            {
-                "type": "tool-output-available",
-                "toolCallId": event.tool_use_id,
-                "output": event.result,
-                "dynamic": True,
-            }
-        ]
+            part = {"type": "tool-output-error", "toolCallId": call, "errorText": event.result}
+        else:
+            part = {"type": "tool-output-available", "toolCallId": call, "output": event.result}
+        return [self._tool_part(part, call)]
 
     def _step(self, event: StepCompleted, entry_id: int) -> list[Part]:
         return self._close_step()
@@ -285,6 +294,7 @@ _HANDLERS: dict[type[Event], Callable[[UIMessageStream, Any, int], list[Part]]] 
     ToolResult: UIMessageStream._tool_result,
     ToolApprovalRequest: UIMessageStream._approval_request,
     ToolApprovalResponse: UIMessageStream._approval_response,
+    ClientToolResult: UIMessageStream._client_result,
     StepCompleted: UIMessageStream._step,
     RunDone: UIMessageStream._done,
     RunError: UIMessageStream._error,
