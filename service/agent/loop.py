@@ -376,14 +376,7 @@ class AgentLoop:
         for use in uses:
             decision = decisions.get(use.tool_use_id)
             if decision is not None and not decision.approved:
-                outcomes[use.tool_use_id] = ToolOutcome(
-                    tool=use.tool,
-                    tool_use_id=use.tool_use_id,
-                    input=use.input,
-                    result=_declined(decision),
-                    is_error=True,
-                    duration_ms=0.0,
-                )
+                outcomes[use.tool_use_id] = _unrun(use, _declined(decision))
                 yield _result_event(outcomes[use.tool_use_id], turn)
                 continue
             if decision is not None and decision.input is not None:
@@ -391,14 +384,7 @@ class AgentLoop:
                 _edit_input(result.message, use)
             yield ToolExecuting(tool=use.tool, tool_use_id=use.tool_use_id, turn=turn)
             if use.input_error:
-                outcomes[use.tool_use_id] = ToolOutcome(
-                    tool=use.tool,
-                    tool_use_id=use.tool_use_id,
-                    input=use.input,
-                    result=use.input_error,
-                    is_error=True,
-                    duration_ms=0.0,
-                )
+                outcomes[use.tool_use_id] = _unrun(use, use.input_error)
                 yield _result_event(outcomes[use.tool_use_id], turn)
             else:
                 runnable.append((use.tool, use.tool_use_id, use.input))
@@ -423,14 +409,7 @@ class AgentLoop:
             if use.tool not in client:
                 continue
             if use.input_error:
-                outcomes[use.tool_use_id] = ToolOutcome(
-                    tool=use.tool,
-                    tool_use_id=use.tool_use_id,
-                    input=use.input,
-                    result=use.input_error,
-                    is_error=True,
-                    duration_ms=0.0,
-                )
+                outcomes[use.tool_use_id] = _unrun(use, use.input_error)
                 yield _result_event(outcomes[use.tool_use_id], turn)
             else:
                 handed.append(ToolUse(tool=use.tool, tool_use_id=use.tool_use_id, input=use.input, turn=turn))
@@ -443,15 +422,21 @@ class AgentLoop:
                 text, is_error = answer.error or "the tool failed", True
             else:
                 text, is_error = _output_text(answer.output), False
-            outcomes[use.tool_use_id] = ToolOutcome(
-                tool=use.tool,
-                tool_use_id=use.tool_use_id,
-                input=use.input,
-                result=text,
-                is_error=is_error,
-                duration_ms=0.0,
-            )
+            outcomes[use.tool_use_id] = _unrun(use, text, is_error=is_error)
             yield _result_event(outcomes[use.tool_use_id], turn)
+
+
+def _unrun(use: PendingToolUse | ToolUse, result: str, *, is_error: bool = True) -> ToolOutcome:
+    """The outcome of a call the service did not run itself: declined, botched by the model, or
+    answered by the client."""
+    return ToolOutcome(
+        tool=use.tool,
+        tool_use_id=use.tool_use_id,
+        input=use.input,
+        result=result,
+        is_error=is_error,
+        duration_ms=0.0,
+    )
 
 
 def _output_text(output: Any) -> str:
