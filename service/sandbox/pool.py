@@ -226,10 +226,11 @@ class WorkerPool:
         while len(self._workers) + len(self._starting) < min(count, self.max_workers):
             self._start_one()
         for starting in list(self._starting):
-            try:
+            with contextlib.suppress(Exception):  # logged by _started; the calls that need a worker report it
                 await asyncio.shield(starting)
-            except Exception as exc:  # noqa: BLE001 - the calls that need a worker report it
-                logger.warning("%s worker could not start: %s", self.name, describe_exception(exc))
+            # A start that was already done when awaited has its done-callback still to come:
+            # taken in here, so the workers are counted when this returns.
+            self._started(starting)
 
     async def close(self, timeout: float = 5.0) -> None:
         """Stop every worker: idle ones are asked to exit, busy ones are killed; then reap them."""
@@ -303,6 +304,8 @@ class WorkerPool:
         starting.add_done_callback(self._started)
 
     def _started(self, starting: asyncio.Future[_Worker]) -> None:
+        if starting not in self._starting:
+            return  # taken in already (by warm, or by this callback)
         self._starting.discard(starting)
         if starting.cancelled():
             self._wake_one()
