@@ -48,6 +48,17 @@ _DOWN = (
 T = TypeVar("T")
 
 
+def _down(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database went away. A connection dropped mid-commit comes from
+    asyncpg as an error SQLAlchemy cannot classify (a bare ``DBAPIError``), not as one of
+    :data:`_DOWN`; a classified one (an integrity error, say) is a fault of the code's."""
+    if isinstance(exc, _DOWN):
+        return True
+    return isinstance(exc, sa.exc.DBAPIError) and (
+        exc.connection_invalidated or type(exc) is sa.exc.DBAPIError
+    )
+
+
 def _record(row: Any) -> SessionRecord:
     return SessionRecord(
         id=row.id,
@@ -387,14 +398,18 @@ class _Transaction:
     async def __aenter__(self) -> AsyncConnection:
         try:
             return await self._context.__aenter__()
-        except _DOWN as exc:
-            raise DatabaseUnavailable(f"the session database is unavailable: {exc}") from exc
+        except Exception as exc:
+            if _down(exc):
+                raise DatabaseUnavailable(f"the session database is unavailable: {exc}") from exc
+            raise
 
     async def __aexit__(self, *exc_info: Any) -> bool | None:
         try:
             await self._context.__aexit__(*exc_info)
-        except _DOWN as exc:
-            raise DatabaseUnavailable(f"the session database is unavailable: {exc}") from exc
-        if isinstance(exc_info[1], _DOWN):
+        except Exception as exc:
+            if _down(exc):
+                raise DatabaseUnavailable(f"the session database is unavailable: {exc}") from exc
+            raise
+        if exc_info[1] is not None and _down(exc_info[1]):
             raise DatabaseUnavailable(f"the session database is unavailable: {exc_info[1]}") from exc_info[1]
         return None
