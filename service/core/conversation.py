@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from service.core.events import ConversationRewound, Usage
@@ -119,3 +120,72 @@ def rewind(messages: list[Message], index: int, usage: Usage) -> ConversationRew
         total_tokens=max(0, usage.total_tokens - spent.total_tokens),
     )
     return ConversationRewound(message_id=wanted, kept=index, removed=len(removed), usage=kept)
+
+
+# What a message holds, read out of its Bedrock blocks once here, so that the faces that show a
+# conversation (the AI SDK's history, AG-UI's snapshot) read parts rather than a model's wire.
+
+
+@dataclass(frozen=True, slots=True)
+class Text:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reasoning:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A tool call an assistant message made."""
+
+    id: str
+    name: str
+    input: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """A tool call's result, as a user message carries it back."""
+
+    id: str
+    text: str
+    is_error: bool
+
+
+def parts_of(message: Message) -> Iterator[Text | Reasoning | Call]:
+    """The text (non-empty), reasoning and tool calls of a message, in order."""
+    for block in message.get("content", []):
+        if not isinstance(block, dict):
+            continue
+        if isinstance(block.get("text"), str):
+            if block["text"]:
+                yield Text(block["text"])
+        elif isinstance(block.get("reasoningContent"), dict):
+            reasoning = block["reasoningContent"].get("reasoningText")
+            if isinstance(reasoning, dict) and isinstance(reasoning.get("text"), str):
+                yield Reasoning(reasoning["text"])
+        elif isinstance(block.get("toolUse"), dict):
+            use = block["toolUse"]
+            yield Call(str(use.get("toolUseId", "")), str(use.get("name", "")), use.get("input"))
+
+
+def calls_of(message: Message) -> list[Call]:
+    """The tool calls of a message."""
+    return [part for part in parts_of(message) if isinstance(part, Call)]
+
+
+def results_of(message: Message) -> list[Result]:
+    """The tool results a message carries."""
+    found = []
+    for block in message.get("content", []):
+        result = block.get("toolResult") if isinstance(block, dict) else None
+        if isinstance(result, dict) and isinstance(result.get("toolUseId"), str):
+            text = "".join(
+                item["text"]
+                for item in result.get("content") or []
+                if isinstance(item, dict) and isinstance(item.get("text"), str)
+            )
+            found.append(Result(result["toolUseId"], text, result.get("status") == "error"))
+    return found

@@ -163,34 +163,26 @@ def messages_of(messages: list[dict[str, Any]]) -> list[Message]:
     """A session's conversation (Bedrock's message format) as AG-UI messages, with their ids."""
     out: list[Message] = []
     for index, message in enumerate(messages):
-        blocks = message.get("content") or []
         message_id = conversation.message_id(messages, index)
         text = conversation.text_of(message)
         if message.get("role") == "assistant":
             calls = [
                 ToolCall(
-                    id=block["toolUse"]["toolUseId"],
-                    function=FunctionCall(
-                        name=block["toolUse"]["name"],
-                        arguments=json.dumps(block["toolUse"].get("input"), allow_nan=False),
-                    ),
+                    id=call.id,
+                    function=FunctionCall(name=call.name, arguments=json.dumps(call.input, allow_nan=False)),
                 )
-                for block in blocks
-                if "toolUse" in block
+                for call in conversation.calls_of(message)
             ]
             out.append(AssistantMessage(id=message_id, content=text or None, tool_calls=calls or None))
             continue
-        results = [block["toolResult"] for block in blocks if "toolResult" in block]
+        results = conversation.results_of(message)
         for result in results:
-            content = "".join(
-                part["text"] for part in result.get("content") or [] if isinstance(part.get("text"), str)
-            )
             out.append(
                 ToolMessage(
-                    id=tool_message_id(result["toolUseId"]),
-                    tool_call_id=result["toolUseId"],
-                    content=content,
-                    error=content if result.get("status") == "error" else None,
+                    id=tool_message_id(result.id),
+                    tool_call_id=result.id,
+                    content=result.text,
+                    error=result.text if result.is_error else None,
                 )
             )
         if text or not results:

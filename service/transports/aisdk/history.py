@@ -67,63 +67,47 @@ def ui_messages(messages: list[dict[str, Any]], server_tool: Callable[[str], boo
     return chat
 
 
-def _results(messages: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Every tool result block of the conversation, by its call's id."""
-    found = {}
-    for message in messages:
-        if message.get("role") != "user":
-            continue
-        for block in message.get("content", []):
-            result = block.get("toolResult") if isinstance(block, dict) else None
-            if isinstance(result, dict) and isinstance(result.get("toolUseId"), str):
-                found[result["toolUseId"]] = result
-    return found
+def _results(messages: list[dict[str, Any]]) -> dict[str, conversation.Result]:
+    """Every tool result of the conversation, by its call's id."""
+    return {
+        result.id: result
+        for message in messages
+        if message.get("role") == "user"
+        for result in conversation.results_of(message)
+    }
 
 
 def _turn_parts(
-    message: dict[str, Any], results: dict[str, dict[str, Any]], server_tool: Callable[[str], bool]
+    message: dict[str, Any], results: dict[str, conversation.Result], server_tool: Callable[[str], bool]
 ) -> list[Part]:
     parts: list[Part] = [{"type": "step-start"}]
-    for block in message.get("content", []):
-        if not isinstance(block, dict):
-            continue
-        if isinstance(block.get("text"), str):
-            if block["text"]:
-                parts.append({"type": "text", "text": block["text"], "state": "done"})
-        elif isinstance(block.get("reasoningContent"), dict):
-            reasoning = block["reasoningContent"].get("reasoningText")
-            if isinstance(reasoning, dict) and isinstance(reasoning.get("text"), str):
-                parts.append({"type": "reasoning", "text": reasoning["text"], "state": "done"})
-        elif isinstance(block.get("toolUse"), dict):
-            parts.append(_tool_part(block["toolUse"], results, server_tool))
+    for item in conversation.parts_of(message):
+        if isinstance(item, conversation.Text):
+            parts.append({"type": "text", "text": item.text, "state": "done"})
+        elif isinstance(item, conversation.Reasoning):
+            parts.append({"type": "reasoning", "text": item.text, "state": "done"})
+        else:
+            parts.append(_tool_part(item, results, server_tool))
     return parts
 
 
 def _tool_part(
-    use: dict[str, Any], results: dict[str, dict[str, Any]], server_tool: Callable[[str], bool]
+    call: conversation.Call, results: dict[str, conversation.Result], server_tool: Callable[[str], bool]
 ) -> Part:
-    name = str(use.get("name", ""))
-    call = str(use.get("toolUseId", ""))
-    browser = not server_tool(name)
+    browser = not server_tool(call.name)
     part: Part = (
-        {"type": f"tool-{name}", "toolCallId": call}
+        {"type": f"tool-{call.name}", "toolCallId": call.id}
         if browser
-        else {"type": "dynamic-tool", "toolName": name, "toolCallId": call}
+        else {"type": "dynamic-tool", "toolName": call.name, "toolCallId": call.id}
     )
-    part["input"] = use.get("input")
-    result = results.get(call)
+    part["input"] = call.input
+    result = results.get(call.id)
     if result is None:
         part["state"] = "input-available"
-        return part
-    text = "".join(
-        item["text"]
-        for item in result.get("content", [])
-        if isinstance(item, dict) and isinstance(item.get("text"), str)
-    )
-    if result.get("status") == "error":
-        part.update(state="output-error", errorText=text)
+    elif result.is_error:
+        part.update(state="output-error", errorText=result.text)
     else:
-        part.update(state="output-available", output=_browser_output(text) if browser else text)
+        part.update(state="output-available", output=_browser_output(result.text) if browser else result.text)
     return part
 
 
