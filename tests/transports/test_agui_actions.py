@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from contextlib import aclosing
 from typing import Any
 
 import pytest
@@ -36,10 +35,10 @@ from service.core.events import (
     ToolUse,
     ToolUseStart,
 )
-from service.core.log import LogEntry
 from service.transports.agui import projector as agui
 from tests.conftest import ClientFactory, services_of, sse_events
 from tests.support.node import require_node, run_node
+from tests.transports.test_actions import SLOW, logged
 from tests.transports.test_fuzz import (
     MALFORMED,
     MAX_BYTES,
@@ -64,9 +63,6 @@ pytestmark = pytest.mark.fast
 
 LOCATION = {"name": "get_location", "description": "Where the user is", "parameters": {"type": "object"}}
 WHERE = "Where am I? [emu:tool=get_location]"
-# Slow enough to be running when the next message comes, however fast the machine; each such query
-# ends by a cancel, never by its pace.
-SLOW = "Long answer [emu:tokens=4000] [emu:tps=20]"
 
 
 async def run(client: TestClient, body: dict[str, Any], status: int = 200) -> list[dict[str, Any]]:
@@ -76,16 +72,6 @@ async def run(client: TestClient, body: dict[str, Any], status: int = 200) -> li
             assert response.status == status, await response.text()
             return [await response.json()]
         return [event["data"] async for event in sse_events(response)]
-
-
-async def logged(client: TestClient, session_id: str, kind: str, after: int = 0) -> LogEntry:
-    session = await services_of(client).sessions.get(session_id)
-    async with aclosing(session.log.subscribe(after)) as batches:
-        async for batch in batches:
-            for entry in batch:
-                if entry.event.type == kind:
-                    return entry
-    raise AssertionError(f"the log ended before a {kind}")
 
 
 async def stored(client: TestClient, session_id: str) -> dict[str, Any]:
