@@ -32,7 +32,7 @@ from service.monitor import LoopLagMonitor
 from service.providers.base import ModelProvider
 from service.quotas.local import Quotas
 from service.quotas.shared import SharedQuotas
-from service.transports import agui, aisdk, mcp, native, openai, openapi, ws
+from service.transports import agui, aisdk, mcp, native, openai, openapi, responses, ws
 from service.transports.edge import auth
 from service.transports.edge.admission import PER_TURN, REQUEST_ADMISSION, admission_middleware
 from service.transports.edge.context import CONTEXT, Context, Health
@@ -415,9 +415,9 @@ def _resources(
 
 
 # Every face, in the order aiohttp registers (and matches) their routes.
-FACES = (native, aisdk, agui, ws, mcp, openai)
+FACES = (native, aisdk, agui, ws, mcp, openai, responses)
 # Their parts of the OpenAPI document (WebSocket and MCP are described in its text).
-DOCUMENTED = (native.OPENAPI, aisdk.OPENAPI, agui.OPENAPI, openai.OPENAPI)
+DOCUMENTED = (native.OPENAPI, aisdk.OPENAPI, agui.OPENAPI, openai.OPENAPI, responses.OPENAPI)
 
 
 def build_spec(settings: Settings) -> dict[str, Any]:

@@ -68,7 +68,7 @@ RULES: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
 # a face on the edge and the stream packages, never on another face; the OpenAPI document merges
 # the fragments the app hands it, and imports no face either.
 T = "service.transports"
-FACES = ("native", "ws", "mcp", "aisdk", "agui", "openai")
+FACES = ("native", "ws", "mcp", "aisdk", "agui", "openai", "responses")
 RULES += [
     (f"{T}.edge", (f"{T}.stream", f"{T}.openapi", *(f"{T}.{face}" for face in FACES)), ()),
     (f"{T}.stream", (f"{T}.openapi", *(f"{T}.{face}" for face in FACES)), ()),

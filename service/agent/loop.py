@@ -26,6 +26,7 @@ to the client and the loop waits for their results as it waits for approvals (se
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import math
 import random
@@ -169,7 +170,9 @@ class AgentLoop:
             return
 
     def _query(self, messages: list[dict[str, Any]], user_text: str, options: RunOptions) -> Query:
-        """A query's state before its first turn, the user's text appended to the conversation."""
+        """A query's state before its first turn, the user's text appended to the conversation
+        (after the client's own messages, ``options.prelude``)."""
+        messages.extend(copy.deepcopy(list(options.prelude)))
         if not options.resume:
             message: dict[str, Any] = {"role": "user", "content": [{"text": user_text}]}
             if options.message_id:

@@ -20,6 +20,8 @@ when the run ends, as it keeps any other.
 
 from __future__ import annotations
 
+import hashlib
+import re
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,11 +32,21 @@ from service.core.events import ConversationRewound, Usage
 Message = dict[str, Any]
 # The keys of a stored message that are the service's, not the model's.
 _OWN_KEYS = ("id", "interrupted", "usage")
+# Bedrock's tool-use ids; a client's id of another form is mapped to one (the same one wherever
+# it appears, so a call and its result still match).
+_TOOL_USE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def new_message_id() -> str:
     """A fresh message id, in the alphabet of a client's."""
     return f"msg_{secrets.token_urlsafe(12)}"
+
+
+def tool_use_id(client_id: str) -> str:
+    """A client's tool-call id as a tool-use id Bedrock takes (letters, digits, ``_``, ``-``)."""
+    if _TOOL_USE_ID.fullmatch(client_id):
+        return client_id
+    return "call_" + hashlib.sha256(client_id.encode()).hexdigest()[:40]
 
 
 def turn_message_id(reply_id: str, turn: int) -> str:

@@ -81,6 +81,8 @@ class RunStarted(_Event):
     at: float = Field(default_factory=time.time)
     message_id: str = ""
     reply_id: str = ""
+    # What the face that started the query keeps of its request (RunOptions.request).
+    request: dict[str, Any] | None = None
 
 
 class TextDelta(_Event):

@@ -38,6 +38,14 @@ class RunOptions:
       without, an edit of the user's message it names.
     - ``rewind_if_held``: a ``rewind_to`` the conversation no longer holds is skipped rather than
       refused (a rollback's: the message it would cut may be gone already).
+    - ``prelude``: messages the query adds to the conversation before its own text, in Bedrock's
+      format: the history a stateless client sends with each request (OpenAI's Responses
+      ``input`` items), or, with ``resume``, the results of the client's tools. They go in when
+      the query starts, on the conversation as it stands then (on a shared store, as the claim
+      read it), so nothing a face did to its copy of the session is lost.
+    - ``request``: what the face that started the query keeps of its client's request (JSON), told
+      again on ``run_started`` so that any instance can show it (the Responses face's
+      ``instructions``, ``tools`` and ``metadata``).
     """
 
     client_tools: tuple[dict[str, Any], ...] = ()
@@ -50,6 +58,8 @@ class RunOptions:
     reply_id: str = ""
     rewind_to: str = ""
     rewind_if_held: bool = False
+    prelude: tuple[dict[str, Any], ...] = ()
+    request: dict[str, Any] | None = None
 
     @property
     def client_tool_names(self) -> frozenset[str]:

@@ -157,6 +157,7 @@ class RunManager:
                     max_turns=run.max_turns,
                     message_id=message_id,
                     reply_id=options.reply_id,
+                    request=options.request,
                 ),
                 fence=run.fence,
             )

@@ -14,13 +14,12 @@ client's own tools are shown: the agent's own tools run inside the service, unse
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from service import jsonsafe
+from service.core.conversation import tool_use_id
 from service.core.events import (
     Event,
     ReasoningDelta,
@@ -34,6 +33,7 @@ from service.core.events import (
 )
 from service.core.log import LogEntry
 from service.core.options import RunOptions
+from service.transports.edge.openai_errors import error_body, run_error_status
 from service.transports.openai.models import (
     ChatAnswer,
     ChatAssistantMessage,
@@ -41,7 +41,6 @@ from service.transports.openai.models import (
     ChatCompletionChunk,
     ChatCompletionRequest,
     ChatDelta,
-    ChatError,
     ChatSystemMessage,
     ChatTextPart,
     ChatToolCall,
@@ -53,9 +52,6 @@ from service.transports.stream.follow import Ending
 from service.transports.stream.frames import SSE_SEP, sse_block
 from service.transports.stream.sse import Projector
 
-# Bedrock's tool-use ids; a client's id of another form is mapped to one (the same one wherever
-# it appears, so a call and its result still match).
-_TOOL_USE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 NO_OUTPUT = "(no output)"
 TURN_SEPARATOR = "\n\n"
 
@@ -76,13 +72,6 @@ class Query:
     messages: list[dict[str, Any]]
     text: str
     options: RunOptions
-
-
-def tool_use_id(client_id: str) -> str:
-    """A client's tool-call id as a tool-use id Bedrock takes (letters, digits, ``_``, ``-``)."""
-    if _TOOL_USE_ID.fullmatch(client_id):
-        return client_id
-    return "call_" + hashlib.sha256(client_id.encode()).hexdigest()[:40]
 
 
 def _text(content: str | list[Any] | None, param: str) -> str:
@@ -375,32 +364,6 @@ def _arguments_text(value: Any) -> str:
 
 
 # --- errors ------------------------------------------------------------------------------------
-
-ERROR_TYPES = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}
-
-
-def error_type(status: int) -> str:
-    """OpenAI's error ``type`` for an HTTP status."""
-    if status >= 500:
-        return "server_error"
-    return ERROR_TYPES.get(status, "invalid_request_error")
-
-
-def error_body(status: int, message: str, code: str | None = None, param: str | None = None) -> ChatError:
-    """An error in OpenAI's shape."""
-    return {"error": {"message": message, "type": error_type(status), "code": code, "param": param}}
-
-
-_INVALID_UPSTREAM = {"validationexception", "http_400", "http_422"}
-
-
-def run_error_status(error: RunError) -> int:
-    """The status a failed run answers with when no stream has started: 400 when the model
-    refused the conversation as invalid, 503 for what may pass on a retry, else 502."""
-    if error.code.lower() in _INVALID_UPSTREAM:
-        return 400
-    return 503 if error.recoverable else 502
-
 
 DONE_BLOCK = f"data: [DONE]{SSE_SEP}{SSE_SEP}"
 

@@ -13,8 +13,9 @@ can answer a tool approval, so a call of the agent's own that needs one is decli
 It takes the one path of every route (access, quotas, a session from the store, the run manager,
 the log read through a :class:`~service.transports.stream.follow.Follower`, a pure projection in
 :mod:`service.transports.openai.projector`). Errors are OpenAI's ``{"error": {"message", "type",
-"code", "param"}}``: :func:`_reshaped`, which the error middleware applies under ``/v1/``, also reshapes the errors
-the rest of the service answers there (401 no key, 429 quota, 413 too large, 503 at a limit).
+"code", "param"}}``: :func:`~service.transports.edge.openai_errors.reshaped`, which the error middleware applies under
+``/v1/``, also reshapes the errors the rest of the service answers there (401 no key, 429 quota,
+413 too large, 503 at a limit).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import contextlib
 import json
 import secrets
 import time
-from typing import Any
 
 from aiohttp import web
 from pydantic import ValidationError
@@ -36,41 +36,21 @@ from service.transports.edge.auth import owner_of
 from service.transports.edge.context import Context, context_of
 from service.transports.edge.inputs import read_object
 from service.transports.edge.middleware import add_error_shape
+from service.transports.edge.openai_errors import PREFIX, error_body, openai_error, reshaped, run_error_status
 from service.transports.openai.models import ChatCompletionRequest, ChatModel
 from service.transports.openai.projector import (
     ChatProjection,
     ChunkStream,
     ConversationError,
-    error_body,
-    run_error_status,
     to_query,
 )
 from service.transports.stream.follow import ThroughRun
 from service.transports.stream.sse import serve
 
-PREFIX = "/v1/"
 OWNED_BY = "agentstream"
-_STATUS_CLASSES: dict[int, type[web.HTTPException]] = {
-    cls.status_code: cls
-    for cls in (
-        web.HTTPBadRequest,
-        web.HTTPNotFound,
-        web.HTTPBadGateway,
-        web.HTTPServiceUnavailable,
-    )
-}
 # Where pydantic's location of an error names a union member rather than a field.
 _ROLE_TAGS = frozenset({"system", "developer", "user", "assistant", "tool"})
 _TYPE_NAMES = frozenset({"str", "int", "bool", "none", "list", "dict", "float"})
-
-
-def chat_error(
-    status: int, message: str, code: str | None = None, param: str | None = None
-) -> web.HTTPException:
-    """An error in OpenAI's shape, to raise from a handler (it passes the service's error
-    middleware as it is: a JSON error)."""
-    cls = _STATUS_CLASSES.get(status, web.HTTPBadRequest)
-    return cls(text=jsonsafe.dumps(error_body(status, message, code, param)), content_type="application/json")
 
 
 def _param(loc: tuple[int | str, ...]) -> str:
@@ -94,13 +74,13 @@ async def read_request(request: web.Request) -> ChatCompletionRequest:
     try:
         json.dumps(data, ensure_ascii=False, allow_nan=False).encode()
     except UnicodeEncodeError:
-        raise chat_error(400, "the body must be valid Unicode text (no lone surrogates)") from None
+        raise openai_error(400, "the body must be valid Unicode text (no lone surrogates)") from None
     try:
         return ChatCompletionRequest.model_validate(data)
     except ValidationError as exc:
         errors = exc.errors(include_url=False)
         summary = "; ".join(f"{_param(item['loc'])}: {item['msg']}" for item in errors[:5])
-        raise chat_error(
+        raise openai_error(
             400, f"invalid request: {summary}", "invalid_value", _param(errors[0]["loc"])
         ) from None
 
@@ -115,7 +95,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     settings = context.settings
     body = await read_request(request)
     if body.model != settings.model_id:
-        raise chat_error(
+        raise openai_error(
             404,
             f"The model `{body.model}` does not exist; this service answers as `{settings.model_id}` "
             "(see GET /v1/models).",
@@ -125,9 +105,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     try:
         query = to_query(body)
     except ConversationError as exc:
-        raise chat_error(400, exc.message, "invalid_value", exc.param) from None
+        raise openai_error(400, exc.message, "invalid_value", exc.param) from None
     if len(query.text) > settings.max_message_chars:
-        raise chat_error(
+        raise openai_error(
             400,
             f"the last message is longer than {settings.max_message_chars} characters",
             "string_above_max_length",
@@ -199,34 +179,15 @@ async def get_model(request: web.Request) -> web.Response:
     """``GET /v1/models/{model}``: that model, or 404 ``model_not_found``."""
     model = _model(context_of(request))
     if request.match_info["model"] != model["id"]:
-        raise chat_error(
+        raise openai_error(
             404, f"The model `{request.match_info['model']}` does not exist.", "model_not_found", "model"
         )
     return web.json_response(model)
 
 
-# --- errors of the rest of the service, in OpenAI's shape on /v1/ ------------------------------
-
-
-def _reshaped(status: int, body: Any, headers: Any) -> web.Response:
-    """A service error body (``{"error": str, "code"?, ...}``) as OpenAI's; 422 becomes 400, as
-    OpenAI answers every bad body."""
-    status = 400 if status == 422 else status
-    message = body.get("error") if isinstance(body, dict) else None
-    code = body.get("code") if isinstance(body, dict) and isinstance(body.get("code"), str) else None
-    if status == 401:
-        code = code or "invalid_api_key"
-    reply = error_body(status, message if isinstance(message, str) else "error", code)
-    if isinstance(body, dict):
-        # What the service adds (a quota's name, limit and retry_after; purged ids) stays beside.
-        reply["error"].update({k: v for k, v in body.items() if k not in {"error", "code"}})  # type: ignore[typeddict-item]
-    kept = {k: v for k, v in headers.items() if k.lower() not in {"content-type", "content-length"}}
-    return web.json_response(reply, status=status, headers=kept, dumps=jsonsafe.dumps)
-
-
 def add_routes(app: web.Application) -> None:
     """Register the OpenAI-compatible routes; every error under ``/v1/`` in OpenAI's shape."""
-    add_error_shape(app, PREFIX, _reshaped)
+    add_error_shape(app, PREFIX, reshaped)
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_get("/v1/models", list_models)
     app.router.add_get("/v1/models/{model}", get_model)

@@ -1,0 +1,79 @@
+"""OpenAI's error shape, for the faces that speak OpenAI's API (Chat Completions, Responses).
+
+Every error on ``/v1/`` is ``{"error": {"message", "type", "code", "param"}}``, whichever face or
+edge check raised it: :func:`reshaped` is registered for the prefix (see
+:func:`~service.transports.edge.middleware.add_error_shape`) and turns the service's own error
+bodies (401 no key, 429 quota, 413 too large, 503 at a limit) into it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from service import jsonsafe
+from service.core.events import RunError
+
+PREFIX = "/v1/"
+_STATUS_CLASSES: dict[int, type[web.HTTPException]] = {
+    cls.status_code: cls
+    for cls in (
+        web.HTTPBadRequest,
+        web.HTTPNotFound,
+        web.HTTPConflict,
+        web.HTTPBadGateway,
+        web.HTTPServiceUnavailable,
+    )
+}
+ERROR_TYPES = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}
+
+
+def error_type(status: int) -> str:
+    """OpenAI's error ``type`` for an HTTP status."""
+    if status >= 500:
+        return "server_error"
+    return ERROR_TYPES.get(status, "invalid_request_error")
+
+
+def error_body(
+    status: int, message: str, code: str | None = None, param: str | None = None
+) -> dict[str, Any]:
+    """An error in OpenAI's shape."""
+    return {"error": {"message": message, "type": error_type(status), "code": code, "param": param}}
+
+
+_INVALID_UPSTREAM = {"validationexception", "http_400", "http_422"}
+
+
+def run_error_status(error: RunError) -> int:
+    """The status a failed run answers with when no stream has started: 400 when the model
+    refused the conversation as invalid, 503 for what may pass on a retry, else 502."""
+    if error.code.lower() in _INVALID_UPSTREAM:
+        return 400
+    return 503 if error.recoverable else 502
+
+
+def openai_error(
+    status: int, message: str, code: str | None = None, param: str | None = None
+) -> web.HTTPException:
+    """An error in OpenAI's shape, to raise from a handler (it passes the service's error
+    middleware as it is: a JSON error)."""
+    cls = _STATUS_CLASSES.get(status, web.HTTPBadRequest)
+    return cls(text=jsonsafe.dumps(error_body(status, message, code, param)), content_type="application/json")
+
+
+def reshaped(status: int, body: Any, headers: Any) -> web.Response:
+    """A service error body (``{"error": str, "code"?, ...}``) as OpenAI's; 422 becomes 400, as
+    OpenAI answers every bad body."""
+    status = 400 if status == 422 else status
+    message = body.get("error") if isinstance(body, dict) else None
+    code = body.get("code") if isinstance(body, dict) and isinstance(body.get("code"), str) else None
+    if status == 401:
+        code = code or "invalid_api_key"
+    reply = error_body(status, message if isinstance(message, str) else "error", code)
+    if isinstance(body, dict):
+        # What the service adds (a quota's name, limit and retry_after; purged ids) stays beside.
+        reply["error"].update({k: v for k, v in body.items() if k not in {"error", "code"}})
+    kept = {k: v for k, v in headers.items() if k.lower() not in {"content-type", "content-length"}}
+    return web.json_response(reply, status=status, headers=kept, dumps=jsonsafe.dumps)

@@ -1,0 +1,425 @@
+"""OpenAI's Responses API: ``POST /v1/responses``, ``GET /v1/responses/{id}`` (polled, or streamed
+from any sequence number), ``POST /v1/responses/{id}/cancel``, ``DELETE /v1/responses/{id}``.
+
+A response is one query in a session: a request without ``previous_response_id`` makes a session
+(a short-lived one with ``store: false``), one with it continues that response's session. The
+response's id names both (``resp_`` + a token + the session id), so any instance finds it
+without a table of its own: the query is the one whose ``run_started`` carries that id as its
+``reply_id``, and its events are read from the session's log like every other face's
+(:mod:`service.transports.responses.projector` numbers them). Once the log no longer holds the
+query (purged, or the service restarted on the session database), the response is told from the
+stored conversation, whose messages carry the response's id.
+
+The client's function ``tools`` are handed back unrun (the response completes with the
+``function_call`` items; the next request's ``function_call_output`` items, with
+``previous_response_id`` or the whole history, continue). A call of the service's own tools that
+needs approval keeps the response ``in_progress``, its ``mcp_approval_request`` item naming the
+approval that the session's native routes answer. A streamed or waited-for response that is not
+``background`` is cancelled when its client goes away, as OpenAI's are; a background one runs on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+import secrets
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from pydantic import ValidationError
+
+from service import jsonsafe
+from service.core import conversation
+from service.core.events import RunError, RunStarted
+from service.core.log import LogEntry
+from service.core.options import RunOptions
+from service.core.runs import Run
+from service.core.sessions import Session
+from service.errors import SessionNotFound
+from service.transports.edge.auth import owner_of
+from service.transports.edge.context import Context, context_of
+from service.transports.edge.inputs import read_object
+from service.transports.edge.middleware import add_error_shape
+from service.transports.edge.openai_errors import PREFIX, error_body, openai_error, reshaped, run_error_status
+from service.transports.responses.inbound import InputError, Query, param_of, to_query
+from service.transports.responses.models import UNSUPPORTED, ResponseRequest
+from service.transports.responses.projector import RESPONSE_PREFIX, ResponseProjection, ResponseStream
+from service.transports.responses.stored import from_conversation
+from service.transports.stream.follow import ThroughRun
+from service.transports.stream.sse import serve
+
+TRANSPORT = "responses"
+# ``resp_``, a token, the session's id: any instance finds the response from its id alone.
+RESPONSE_ID = re.compile(r"resp_([0-9a-f]{16})([A-Za-z0-9_-]{1,128})")
+# How many of the log's newest entries are read at a time, looking for a response's start.
+_WINDOW = 512
+
+
+def new_response_id(session_id: str) -> str:
+    """A new response's id in ``session_id``."""
+    return f"{RESPONSE_PREFIX}{secrets.token_hex(8)}{session_id}"
+
+
+async def read_request(request: web.Request) -> ResponseRequest:
+    """The body as a Responses request; a 400 (413 too large) in OpenAI's shape otherwise."""
+    data = await read_object(request)  # 413, 400, 422 (reshaped as a 400 by the middleware)
+    try:
+        json.dumps(data, ensure_ascii=False, allow_nan=False).encode()
+    except UnicodeEncodeError:
+        raise openai_error(400, "the body must be valid Unicode text (no lone surrogates)") from None
+    for name, reason in UNSUPPORTED.items():
+        if data.get(name) is not None:
+            raise openai_error(400, reason, "unsupported_parameter", name)
+    try:
+        return ResponseRequest.model_validate(data)
+    except ValidationError as exc:
+        problem = exc.errors(include_url=False)[0]
+        if problem["type"] == "extra_forbidden":
+            name = param_of(problem["loc"])
+            raise openai_error(400, f"Unknown parameter: '{name}'.", "unknown_parameter", name) from None
+        summary = "; ".join(
+            f"{param_of(item['loc'])}: {item['msg']}" for item in exc.errors(include_url=False)[:5]
+        )
+        raise openai_error(
+            400, f"invalid request: {summary}", "invalid_value", param_of(problem["loc"])
+        ) from None
+
+
+# --- finding a response -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """A response's session, and its query's ``run_started`` entry while the log holds it."""
+
+    response_id: str
+    session: Session
+    start: LogEntry | None
+
+
+def _not_found(response_id: str, param: str | None = None) -> web.HTTPException:
+    return openai_error(404, f"Response with id '{response_id}' not found.", "not_found", param)
+
+
+async def find(context: Context, request: web.Request, response_id: str, param: str | None = None) -> Found:
+    """The caller's response of that id; 404 for an id that is not one, or not the caller's."""
+    match = RESPONSE_ID.fullmatch(response_id)
+    if match is None:
+        raise _not_found(response_id, param)
+    try:
+        session = await context.sessions.get_owned(match[2], owner_of(request))
+    except SessionNotFound:
+        raise _not_found(response_id, param) from None
+    start = await _started(session, response_id)
+    if start is None and not _stored(session.messages, response_id):
+        raise _not_found(response_id, param)
+    return Found(response_id, session, start)
+
+
+async def _started(session: Session, response_id: str) -> LogEntry | None:
+    """The ``run_started`` of the response's query, read from the newest entries back."""
+    log = session.log
+    first, high = await log.first_id(), await log.last_id()
+    while high >= first:
+        low = max(first - 1, high - _WINDOW)
+        for entry in reversed(await log.read(low, high - low, strict=False)):
+            event = entry.event
+            if type(event) is RunStarted and event.reply_id == response_id:
+                return entry
+        high = low
+    return None
+
+
+def _stored(messages: list[dict[str, Any]], response_id: str) -> bool:
+    return any(
+        identifier == response_id or identifier.startswith(f"{response_id}-")
+        for _, identifier in conversation.ids(messages)
+    )
+
+
+async def snapshot(found: Found) -> dict[str, Any]:
+    """The response as it stands: folded from its query's events, or told from the conversation."""
+    if found.start is None:
+        return from_conversation(found.response_id, found.session.id, found.session.messages)
+    projection = ResponseProjection(found.response_id, found.session.id)
+    log = found.session.log
+    after = found.start.id - 1
+    while not projection.ended:
+        entries = await log.read(after, 1024, strict=False)
+        if not entries:
+            break
+        for entry in entries:
+            projection.feed(entry.event, entry.ts)
+            if projection.ended:
+                break
+        after = entries[-1].id
+    return projection.response()
+
+
+# --- creating one -------------------------------------------------------------------------------
+
+
+def _pending(messages: list[dict[str, Any]]) -> dict[str, str]:
+    """The calls the conversation's last answer handed back, unanswered: ``call_id`` -> tool-use id."""
+    if not messages or messages[-1].get("role") != "assistant":
+        return {}
+    return {call.id: call.id for call in conversation.calls_of(messages[-1])}
+
+
+def _latest(messages: list[dict[str, Any]], response_id: str) -> bool:
+    """True when nothing in the conversation follows the response's own messages."""
+    last = None
+    for index, identifier in conversation.ids(messages):
+        if identifier == response_id or identifier.startswith(f"{response_id}-"):
+            last = index
+    return last is None or last == len(messages) - 1
+
+
+async def _continued(context: Context, request: web.Request, body: ResponseRequest) -> Session | None:
+    """The session ``previous_response_id`` names (its latest response), or None without one."""
+    if body.previous_response_id is None:
+        return None
+    found = await find(context, request, body.previous_response_id, "previous_response_id")
+    if not _latest(found.session.messages, body.previous_response_id):
+        raise openai_error(
+            409,
+            f"Response '{body.previous_response_id}' has been continued already: only the latest response "
+            "of a conversation can be continued here.",
+            "conversation_forked",
+            "previous_response_id",
+        )
+    return found.session
+
+
+def _echo(context: Context, body: ResponseRequest, query: Query, store: bool) -> dict[str, Any]:
+    """What the response shows of its request, from any instance (``run_started.request``)."""
+    choice = body.tool_choice
+    return {
+        "model": context.settings.model_id,
+        "instructions": body.instructions,
+        "tools": list(query.tools),
+        "tool_choice": choice.model_dump() if choice is not None and not isinstance(choice, str) else choice,
+        "metadata": body.metadata or {},
+        "max_output_tokens": body.max_output_tokens,
+        "previous_response_id": body.previous_response_id,
+        "background": bool(body.background),
+        "store": store,
+    }
+
+
+async def create(request: web.Request) -> web.StreamResponse:
+    """``POST /v1/responses``: run the agent on the input and answer as a response."""
+    context = context_of(request)
+    settings = context.settings
+    body = await read_request(request)
+    if body.model != settings.model_id:
+        raise openai_error(
+            404,
+            f"The model `{body.model}` does not exist; this service answers as `{settings.model_id}` "
+            "(see GET /v1/models).",
+            "model_not_found",
+            "model",
+        )
+    store = body.store is not False
+    if body.background and not store:
+        raise openai_error(
+            400, "background responses must be stored (store: true)", "invalid_value", "background"
+        )
+    session = await _continued(context, request, body)
+    try:
+        query = to_query(body, _pending(session.messages) if session is not None else None)
+    except InputError as exc:
+        raise openai_error(400, exc.message, "invalid_value", exc.param) from None
+    if len(query.text) > settings.max_message_chars:
+        raise openai_error(
+            400,
+            f"the user's message is longer than {settings.max_message_chars} characters",
+            "string_above_max_length",
+            "input",
+        )
+    owner = owner_of(request)
+    # The stream slot first: a key at its stream quota gets its 429 before any query starts.
+    slot = context.stream_slot(TRANSPORT, owner) if body.stream else contextlib.nullcontext()
+    async with (
+        slot,
+        _started_run(context, request, body, query, session, store) as (session, run, response_id),
+    ):
+        projection = ResponseProjection(response_id, session.id)
+        after = run.first_id - 1
+        if body.stream:
+            return await serve(
+                request,
+                ResponseStream(projection),
+                session.log,
+                after,
+                transport=TRANSPORT,
+                allow_all_methods=True,
+            )
+        if body.background:
+            return _json(await snapshot(Found(response_id, session, await _first(session, after))))
+        failure = await _fold(session, after, projection)
+        if failure is not None:
+            status = run_error_status(failure)
+            return web.json_response(error_body(status, failure.error, failure.code), status=status)
+        return _json(projection.response())
+
+
+async def _first(session: Session, after: int) -> LogEntry:
+    """The query's ``run_started``, the entry after ``after``."""
+    [entry] = await session.log.read(after, 1)
+    return entry
+
+
+@contextlib.asynccontextmanager
+async def _started_run(
+    context: Context,
+    request: web.Request,
+    body: ResponseRequest,
+    query: Query,
+    session: Session | None,
+    store: bool,
+) -> AsyncIterator[tuple[Session, Run, str]]:
+    """The query started (in a new session unless it continues one), and, when the request
+    ends, what becomes of it: a response not ``background`` is cancelled if its client left
+    before its end, a short-lived session (``store: false``) is forgotten."""
+    owner = owner_of(request)
+    made = session is None
+    if session is None:
+        session = await context.sessions.create(ephemeral=not store, owner=owner)
+    response_id = new_response_id(session.id)
+    options = RunOptions(
+        client_tools=query.client_tools,
+        system=query.system,
+        max_tokens=body.max_output_tokens,
+        resume=query.resume,
+        prelude=query.prelude,
+        message_id=f"{response_id}-input",
+        reply_id=response_id,
+        request=_echo(context, body, query, store),
+    )
+    try:
+        run = await context.runs.start(session, query.text, None, options)
+    except BaseException:
+        if made:
+            with contextlib.suppress(SessionNotFound):
+                await context.sessions.delete(session.id)
+        raise
+    try:
+        yield session, run, response_id
+    except asyncio.CancelledError:
+        if not body.background:
+            # Shielded: a second cancellation must not leave the run going with nobody to read it.
+            await asyncio.shield(_cancel(context, session, run.id))
+        raise
+    finally:
+        if not store:
+            await asyncio.shield(context.end_ephemeral(session.id))
+
+
+async def _cancel(context: Context, session: Session, run_id: str) -> None:
+    """Cancel the session's query if it is still the one of ``run_id``."""
+    if session.run_id == run_id:
+        await context.runs.cancel(session.id)
+
+
+async def _fold(session: Session, after: int, projection: ResponseProjection) -> RunError | None:
+    """Fold the query into ``projection``; the error that ended it, if it failed."""
+    reader = ThroughRun(session.log, after)
+    async with contextlib.aclosing(reader.batches()) as batches:
+        async for batch in batches:
+            for entry in batch:
+                projection.feed(entry.event, entry.ts)
+                if isinstance(entry.event, RunError):
+                    return entry.event
+    ending = reader.ending
+    if ending is not None and ending.clean:
+        return None
+    return ending.as_error() if ending is not None else RunError(error="the run ended without a result")
+
+
+def _json(reply: dict[str, Any], status: int = 200) -> web.Response:
+    return web.json_response(reply, status=status, dumps=jsonsafe.dumps)
+
+
+# --- reading, cancelling and deleting one --------------------------------------------------------
+
+
+def _starting_after(request: web.Request) -> int:
+    """``starting_after`` (or ``Last-Event-ID``, as a browser's reconnect sends it): -1 for none."""
+    raw = request.query.get("starting_after", request.headers.get("Last-Event-ID"))
+    if raw is None or raw == "":
+        return -1
+    if not raw.isdigit() or len(raw) > 18:
+        raise openai_error(
+            400,
+            "starting_after must be a sequence number (an integer from 0)",
+            "invalid_value",
+            "starting_after",
+        )
+    return int(raw)
+
+
+async def retrieve(request: web.Request) -> web.StreamResponse:
+    """``GET /v1/responses/{id}``: the response as it stands; with ``stream=true``, its events
+    after ``starting_after`` and the rest live, to its end."""
+    context = context_of(request)
+    stream = request.query.get("stream", "false").lower()
+    if stream not in {"true", "false"}:
+        raise openai_error(400, "stream must be true or false", "invalid_value", "stream")
+    after = _starting_after(request) if stream == "true" else -1
+    found = await find(context, request, request.match_info["response_id"])
+    if stream == "false":
+        return _json(await snapshot(found))
+    if found.start is None:
+        raise openai_error(
+            400,
+            "this response's events are no longer kept: GET it without stream",
+            "events_purged",
+            "stream",
+        )
+    projection = ResponseProjection(found.response_id, found.session.id)
+    async with context.stream_slot(TRANSPORT, owner_of(request)):
+        return await serve(
+            request,
+            ResponseStream(projection, after),
+            found.session.log,
+            found.start.id - 1,
+            transport=TRANSPORT,
+        )
+
+
+async def cancel(request: web.Request) -> web.Response:
+    """``POST /v1/responses/{id}/cancel``: stop the response's query if it runs; the response."""
+    context = context_of(request)
+    found = await find(context, request, request.match_info["response_id"])
+    if found.start is not None:
+        started = found.start.event
+        assert isinstance(started, RunStarted)
+        await _cancel(context, found.session, started.run_id)
+    return _json(await snapshot(found))
+
+
+async def delete(request: web.Request) -> web.Response:
+    """``DELETE /v1/responses/{id}``: stop it if it runs and forget its conversation (the session
+    it and the responses continued from or after it share)."""
+    context = context_of(request)
+    found = await find(context, request, request.match_info["response_id"])
+    session = found.session
+    context.multitask.drop(session.id)
+    await context.runs.cancel(session.id)
+    with contextlib.suppress(SessionNotFound):
+        await context.sessions.delete(session.id)
+    return _json({"id": found.response_id, "object": "response.deleted", "deleted": True})
+
+
+def add_routes(app: web.Application) -> None:
+    """Register the Responses routes; every error under ``/v1/`` in OpenAI's shape."""
+    add_error_shape(app, PREFIX, reshaped)
+    app.router.add_post("/v1/responses", create)
+    app.router.add_get("/v1/responses/{response_id}", retrieve)
+    app.router.add_post("/v1/responses/{response_id}/cancel", cancel)
+    app.router.add_delete("/v1/responses/{response_id}", delete)
