@@ -170,14 +170,14 @@ class ResponseProjection:
             self.pieces[index] = pieces
         return index, [self._event("response.output_item.added", output_index=index, item=self._item(index))]
 
-    def _close_text(self) -> list[EVENT]:
-        events = self._close_reasoning()
+    def _close_text(self, status: str = "completed") -> list[EVENT]:
+        events = self._close_reasoning(status)
         index = self.message
         if index is None:
             return events
         self.message = None
         item = self.output[index]
-        item["status"] = "completed"
+        item["status"] = status
         text = "".join(self.pieces[index])
         where = {"item_id": item["id"], "output_index": index, "content_index": 0}
         events += [
@@ -187,13 +187,13 @@ class ResponseProjection:
         ]
         return events
 
-    def _close_reasoning(self) -> list[EVENT]:
+    def _close_reasoning(self, status: str = "completed") -> list[EVENT]:
         index = self.reasoning
         if index is None:
             return []
         self.reasoning = None
         item = self.output[index]
-        item["status"] = "completed"
+        item["status"] = status
         text = "".join(self.pieces[index])
         where = {"item_id": item["id"], "output_index": index, "summary_index": 0}
         return [
@@ -386,7 +386,8 @@ class ResponseProjection:
         return events
 
     def _close_all(self, status: str) -> list[EVENT]:
-        events = self._close_text()
+        """Close every open item: ``completed`` text at a clean end, else ``status``."""
+        events = self._close_text("completed" if self.status == "completed" else status)
         for index, item in enumerate(self.output):
             if item.get("status") == "in_progress":
                 item["status"] = status
