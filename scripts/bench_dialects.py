@@ -15,6 +15,14 @@ event to its end:
 - ``ai_sdk``: ``GET /api/chat/{id}/stream``, the Vercel AI SDK's UI message stream (``useChat``'s
   resume, which replays the running query from its first event, then follows it);
 - ``ag_ui``: ``GET /ag-ui/{id}/events``, AG-UI's events, the same way;
+- ``responses``: OpenAI's Responses API. The query is a background response (``POST
+  /v1/responses`` with ``"background": true``, the same paced query as its ``input``), and every
+  subscriber follows it with ``GET /v1/responses/{id}?stream=true`` from its first event
+  (``response.created``) to its end: ``response.completed``, after which the service ends the
+  body (read to its end, so the finished response that event carries is counted). A background
+  response's ``POST`` answers at once; the other fanned-out dialects start their query with the
+  AI SDK's ``POST /api/chat``, whose own stream of the answer is one reader more (about
+  ``1 / --subscribers`` of their figure);
 - ``openai``: ``POST /v1/chat/completions`` with ``"stream": true`` (the model id from
   ``GET /v1/models``). OpenAI's stream cannot be fanned out: each request runs its own query in a
   short-lived session. So this dialect sends ``--subscribers`` such requests at once, each with
@@ -78,7 +86,10 @@ DIALECTS = {
     "session": ("/sessions/{id}/events", {"Last-Event-ID": "0"}, b"event: done"),
     "ai_sdk": ("/api/chat/{id}/stream", {}, b"data: [DONE]"),
     "ag_ui": ("/ag-ui/{id}/events", {}, b'"type":"RUN_FINISHED"'),
+    # {id} is the response's id here, not the session's.
+    "responses": ("/v1/responses/{id}?stream=true", {}, b"event: response.completed"),
 }
+RESPONSES = "responses"
 OPENAI = "openai"
 ALL_DIALECTS = [*DIALECTS, OPENAI]
 CONTENT = b'"content":'  # in a chat.completion.chunk's delta: text (as compact JSON or not)
@@ -92,19 +103,56 @@ def query_text(args: argparse.Namespace) -> str:
     return f"go [emu:tokens={args.tokens}] [emu:tps={args.tps}] [emu:ttft={args.ttft_ms}]"
 
 
-async def follow(http: aiohttp.ClientSession, url: str, headers: dict[str, str], end: bytes) -> int:
-    """Read one stream until its end mark; the bytes read."""
+async def follow(
+    http: aiohttp.ClientSession, url: str, headers: dict[str, str], end: bytes, to_eof: bool = False
+) -> int:
+    """Read one stream until its end mark (and on to the end of the body with ``to_eof``); the
+    bytes read."""
     read = 0
+    seen = False
     async with http.get(url, headers=headers) as response:
         if response.status != 200:
             raise RuntimeError(f"{url}: HTTP {response.status}")
         tail = b""
         async for chunk in response.content.iter_any():
             read += len(chunk)
-            if end in tail + chunk:
+            seen = seen or end in tail + chunk
+            if seen and not to_eof:
                 return read
             tail = chunk[-64:]
-    raise RuntimeError(f"{url}: ended without {end!r}")
+    if not seen:
+        raise RuntimeError(f"{url}: ended without {end!r}")
+    return read
+
+
+async def start_chat(http: aiohttp.ClientSession, url: str, text: str, session_id: str) -> Any:
+    """The query started on the AI SDK's route, on a session of the client's choosing (made on
+    first use); the route's own stream of it, to read to its end once the subscribers are done."""
+    body = {
+        "id": session_id,
+        "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": text}]}],
+        "trigger": "submit-message",
+    }
+    starter = await http.post(url + "/api/chat", json=body)
+    if starter.status != 200:
+        raise RuntimeError(f"POST /api/chat: HTTP {starter.status} {await starter.text()}")
+    return starter
+
+
+async def start_response(http: aiohttp.ClientSession, url: str, text: str, model: str) -> tuple[str, str]:
+    """A background response of the query, in a session of its own: its id and its session's."""
+    body = {"model": model, "input": text, "background": True}
+    async with http.post(url + "/v1/responses", json=body) as response:
+        reply = await response.json()
+        if response.status != 200:
+            raise RuntimeError(f"POST /v1/responses: HTTP {response.status} {reply}")
+    return reply["id"], reply["session_id"]
+
+
+async def model_of(http: aiohttp.ClientSession, url: str) -> str:
+    """The model id the service answers as (the OpenAI faces want it in every request)."""
+    async with http.get(url + "/v1/models") as response:
+        return (await response.json())["data"][0]["id"]
 
 
 async def one_round(
@@ -112,22 +160,26 @@ async def one_round(
 ) -> dict[str, float]:
     """One fanned-out dialect: a paced query followed by every subscriber."""
     path, headers, end = DIALECTS[name]
+    # Out of the measure: the model id a response is asked of.
+    model = await model_of(http, stack.url) if name == RESPONSES else ""
+    # Chosen by the client on the AI SDK's route; a response makes a session of its own instead.
     session_id = f"bench-{name}-{id(args)}-{asyncio.get_running_loop().time():.0f}"[:120].replace(".", "-")
-    # A client-chosen id: made on first use by the AI SDK route, with the query started there.
-    body = {
-        "id": session_id,
-        "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": query_text(args)}]}],
-        "trigger": "submit-message",
-    }
+    starter = None
     with Meter(stack.pid) as meter:
-        starter = await http.post(stack.url + "/api/chat", json=body)
-        if starter.status != 200:
-            raise RuntimeError(f"POST /api/chat: HTTP {starter.status} {await starter.text()}")
-        url = stack.url + path.format(id=session_id)
-        readers = [asyncio.create_task(follow(http, url, headers, end)) for _ in range(args.subscribers)]
+        if name == RESPONSES:
+            followed, session_id = await start_response(http, stack.url, query_text(args), model)
+        else:
+            followed = session_id
+            starter = await start_chat(http, stack.url, query_text(args), session_id)
+        url = stack.url + path.format(id=followed)
+        readers = [
+            asyncio.create_task(follow(http, url, headers, end, to_eof=name == RESPONSES))
+            for _ in range(args.subscribers)
+        ]
         read = await asyncio.gather(*readers)
-        await starter.read()
-        starter.release()
+        if starter is not None:
+            await starter.read()
+            starter.release()
         last_id = await wait_idle(http, stack.url, session_id)
     events = last_id  # the session holds this one query: its events are ids 1..last_id
     # Read after the round, out of the measure: how many of the events carried text.
@@ -175,8 +227,7 @@ async def openai_round(
     args: argparse.Namespace, http: aiohttp.ClientSession, stack: ServiceStack
 ) -> dict[str, float]:
     """``--subscribers`` streamed chat completions at once, each its own paced query."""
-    async with http.get(stack.url + "/v1/models") as response:
-        model = (await response.json())["data"][0]["id"]
+    model = await model_of(http, stack.url)
     body = {"model": model, "stream": True, "messages": [{"role": "user", "content": query_text(args)}]}
     with Meter(stack.pid) as meter:
         streams = await asyncio.gather(

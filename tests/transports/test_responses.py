@@ -281,3 +281,29 @@ async def test_the_raw_stream_names_each_event(client: TestClient) -> None:
         assert response.content_type == "text/event-stream"
         blocks = [block async for block in sse_blocks(response)]
     assert all(json.loads(block["data"])["type"] == block["event"] for block in blocks)
+
+
+async def test_every_reader_of_a_response_reads_the_same_events(client: TestClient) -> None:
+    # The first reader's blocks of each entry are kept on the entry for the others: a reader that
+    # resumes between two events of one entry (response.created and response.in_progress come
+    # of one, the closing events of the message and response.completed of another) must get the
+    # later ones alone, and every reader the same bytes.
+    api = openai_client(client)
+    started = await api.responses.create(model=await model_of(api), input="What is 17 * 3?", background=True)
+
+    async def read(starting_after: int | None = None) -> list[dict[str, str]]:
+        url = f"/v1/responses/{started.id}?stream=true"
+        if starting_after is not None:
+            url += f"&starting_after={starting_after}"
+        async with client.get(url) as response:
+            assert response.status == 200
+            return [block async for block in sse_blocks(response)]
+
+    first = await read()  # live, to the response's end
+    numbers = [json.loads(block["data"])["sequence_number"] for block in first]
+    assert numbers == list(range(len(first)))
+    kinds = [block["event"] for block in first]
+    assert "response.mcp_call.completed" in kinds and kinds[-1] == "response.completed"
+    assert await read() == first
+    for after in range(len(first)):
+        assert await read(after) == first[after + 1 :], after

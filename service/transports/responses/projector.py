@@ -81,9 +81,12 @@ class ResponseProjection:
         self.incomplete: dict[str, str] | None = None
         # The open message and reasoning items (output indices) and their text so far.
         self.message: int | None = None
-        self.message_turn = 0
         self.reasoning: int | None = None
         self.pieces: dict[int, list[str]] = {}
+        # The open message as a text delta of the same turn goes on in it: (turn, item id, output
+        # index, its text so far), None otherwise. Kept as one value so that the stream's path for
+        # such a delta, taken once per token and subscriber, reads one attribute.
+        self.open_text: tuple[int, str, int, list[str]] | None = None
         self.now = 0.0  # when the entry being read was logged
         # Tool calls by tool-use id: their output index.
         self.calls: dict[str, int] = {}
@@ -176,6 +179,7 @@ class ResponseProjection:
         if index is None:
             return events
         self.message = None
+        self.open_text = None
         item = self.output[index]
         item["status"] = status
         text = "".join(self.pieces[index])
@@ -204,15 +208,10 @@ class ResponseProjection:
             self._event("response.output_item.done", output_index=index, item=self._item(index)),
         ]
 
-    def text_item(self, turn: int) -> tuple[str, int] | None:
-        """The open message item's id and index when a text delta of ``turn`` goes on in it."""
-        if self.message is not None and self.message_turn == turn and self.reasoning is None:
-            return self.output[self.message]["id"], self.message
-        return None
-
     def _text(self, event: TextDelta) -> list[EVENT]:
         events: list[EVENT] = []
-        if self.text_item(event.turn) is None:
+        open_text = self.open_text
+        if open_text is None or open_text[0] != event.turn:
             events += self._close_text()
             item_id = "msg_" + _token(conversation.turn_message_id(self.response_id, event.turn))
             item = {
@@ -223,7 +222,8 @@ class ResponseProjection:
                 "content": [],
             }
             self.message, opened = self._open(item, [])
-            self.message_turn = event.turn
+            # Opening it closed any reasoning (_close_text): a delta of this turn goes on in it.
+            self.open_text = (event.turn, item_id, self.message, self.pieces[self.message])
             events += opened
             events.append(
                 self._event(
@@ -456,6 +456,7 @@ def sse_event(event: EVENT) -> str:
 
 
 _CACHE_KEY = "responses"
+_EVENTS_KEY = "responses.events"
 
 
 class ResponseStream(Projector):
@@ -463,7 +464,9 @@ class ResponseStream(Projector):
 
     A text delta inside an open message (most of a stream) is the same bytes for every reader of
     the entry, numbered as every reader numbers it, so its block is made once and kept on the
-    entry (keyed by its number and item, which any reader of the same response agrees on).
+    entry (keyed by its number and item, which any reader of the same response agrees on). Every
+    other entry's events are too, once the projection has seen the entry (it keeps the response's
+    state per reader): their blocks are kept on the entry by the response and the first number.
     """
 
     __slots__ = ("projection", "starting_after")
@@ -475,29 +478,43 @@ class ResponseStream(Projector):
     def frames(self, entry: LogEntry) -> bytes:
         event = entry.event
         projection = self.projection
-        if type(event) is TextDelta and not projection.ended:
-            open_item = projection.text_item(event.turn)
-            if open_item is not None:
-                item_id, index = open_item
-                seq = projection.seq
-                projection.seq += 1
-                projection.pieces[index].append(event.text)
-                if seq <= self.starting_after:
-                    return b""
-                cached = entry.encoded.get(_CACHE_KEY)
-                if cached is not None and cached[0] == seq and cached[1] == item_id:
-                    return cached[2]
-                block = (
-                    f"event: response.output_text.delta{SSE_SEP}"
-                    f'data: {{"type":"response.output_text.delta","sequence_number":{seq},'
-                    f'"item_id":"{item_id}","output_index":{index},"content_index":0,'
-                    f'"delta":{jsonsafe.quote(event.text)},"logprobs":[]}}{SSE_SEP}{SSE_SEP}'
-                ).encode()
-                entry.encoded[_CACHE_KEY] = (seq, item_id, block)
-                return block
+        # open_text is None before the response starts and after it ends, so this path is a
+        # delta inside the open message alone: the event the projection would make, as bytes,
+        # without making its dict for every reader.
+        open_text = projection.open_text
+        if open_text is not None and type(event) is TextDelta and open_text[0] == event.turn:
+            _, item_id, index, pieces = open_text
+            seq = projection.seq
+            projection.seq = seq + 1
+            pieces.append(event.text)
+            if seq <= self.starting_after:
+                return b""
+            cached = entry.encoded.get(_CACHE_KEY)
+            if cached is not None and cached[0] == seq and cached[1] == item_id:
+                return cached[2]
+            block = (
+                f"event: response.output_text.delta{SSE_SEP}"
+                f'data: {{"type":"response.output_text.delta","sequence_number":{seq},'
+                f'"item_id":"{item_id}","output_index":{index},"content_index":0,'
+                f'"delta":{jsonsafe.quote(event.text)},"logprobs":[]}}{SSE_SEP}{SSE_SEP}'
+            ).encode()
+            entry.encoded[_CACHE_KEY] = (seq, item_id, block)
+            return block
+        seq = projection.seq
         events = projection.feed(event, entry.ts)
+        if not events:
+            return b""
         after = self.starting_after
-        return "".join([sse_event(item) for item in events if item["sequence_number"] > after]).encode()
+        if seq <= after:
+            return "".join([sse_event(item) for item in events if item["sequence_number"] > after]).encode()
+        # All of the entry's events are written: the same blocks as every reader's that numbered
+        # them alike (the snapshots of response.created and response.completed among them).
+        cached = entry.encoded.get(_EVENTS_KEY)
+        if cached is not None and cached[0] == seq and cached[1] == projection.response_id:
+            return cached[2]
+        block = "".join([sse_event(item) for item in events]).encode()
+        entry.encoded[_EVENTS_KEY] = (seq, projection.response_id, block)
+        return block
 
     def end(self, ending: Ending | None) -> str:
         if ending is None or ending.clean or self.projection.ended:
