@@ -89,6 +89,17 @@ class ResponseSkippedItem(BaseModel):
 _SKIPPED = frozenset({"reasoning", "mcp_call", "mcp_list_tools", "mcp_approval_request"})
 
 
+class ResponseItemReference(BaseModel):
+    """An item of an earlier stored response, named by its id instead of sent again (the AI SDK's
+    OpenAI provider does so for what it was given with ``store``): an answer's ``msg_`` item is
+    read back from the stored conversation, a ``rs_`` or ``mcp_`` item is left out as those items
+    are when sent in full."""
+
+    model_config = _STRICT
+    type: Literal["item_reference"]
+    id: Annotated[str, Field(min_length=1, max_length=512)]
+
+
 def _item_kind(value: Any) -> str | None:
     """An input item's tag: a message may leave out its ``type``, as OpenAI's easy form does."""
     kind = value.get("type", "message") if isinstance(value, dict) else getattr(value, "type", None)
@@ -99,7 +110,8 @@ ResponseInputItem = Annotated[
     Annotated[ResponseMessageItem, Tag("message")]
     | Annotated[ResponseFunctionCallItem, Tag("function_call")]
     | Annotated[ResponseFunctionCallOutputItem, Tag("function_call_output")]
-    | Annotated[ResponseSkippedItem, Tag("skipped")],
+    | Annotated[ResponseSkippedItem, Tag("skipped")]
+    | Annotated[ResponseItemReference, Tag("item_reference")],
     Discriminator(_item_kind),
 ]
 
@@ -149,8 +161,8 @@ class ResponseRequest(BaseModel):
     """Body of ``POST /v1/responses``.
 
     ``input`` is the user's text, or items: messages, the client's ``function_call``\\ s and their
-    ``function_call_output``\\ s. The last item is the user's message (the query) or the outputs
-    of the calls the response before it handed back.
+    ``function_call_output``\\ s, references to earlier responses' items. The last item is the
+    user's message (the query) or the outputs of the calls the response before it handed back.
     """
 
     model_config = _CLOSED
