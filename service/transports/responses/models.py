@@ -214,9 +214,10 @@ Count = Annotated[int, Field(ge=0)]
 
 
 class ResponseInputTokensDetails(TypedDict):
-    """Input tokens read from the model's cache."""
+    """Input tokens read from the model's cache, and written to it (not told here: 0)."""
 
     cached_tokens: Count
+    cache_write_tokens: Count
 
 
 class ResponseOutputTokensDetails(TypedDict):
@@ -281,6 +282,13 @@ class ResponseFunctionCall(TypedDict):
     arguments: str
 
 
+class ResponseToolError(TypedDict):
+    """Why a call of the service's own tools failed: what the tool said, as MCP's content."""
+
+    type: Literal["mcp_tool_execution_error"]
+    content: list[dict[str, Any]]
+
+
 class ResponseServerToolCall(TypedDict):
     """A call of one of the service's own tools (the calculator, an MCP server's), run by the
     service: shown, never for the client to run."""
@@ -292,7 +300,7 @@ class ResponseServerToolCall(TypedDict):
     name: str
     arguments: str
     output: str | None
-    error: str | None
+    error: ResponseToolError | None
 
 
 class ResponseApprovalRequest(TypedDict):
