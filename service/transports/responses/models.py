@@ -399,7 +399,7 @@ class ResponseStreamEvent(TypedDict):
       ``summary_index``, ``part`` / ``delta`` / ``text``;
     - ``response.function_call_arguments.delta`` / ``.done``,
       ``response.mcp_call_arguments.delta`` / ``.done``: ``item_id``, ``output_index``,
-      ``delta`` / ``arguments``;
+      ``delta`` / ``arguments`` (and the function's ``name`` with a function call's);
     - ``response.mcp_call.in_progress`` / ``.completed`` / ``.failed``: ``item_id``,
       ``output_index``;
     - ``error``: ``code``, ``message``, ``param`` (the stream ended before the response did).
@@ -417,6 +417,7 @@ class ResponseStreamEvent(TypedDict):
     delta: NotRequired[str]
     text: NotRequired[str]
     arguments: NotRequired[str]
+    name: NotRequired[str]
     logprobs: NotRequired[list[Any]]
     code: NotRequired[str | None]
     message: NotRequired[str]

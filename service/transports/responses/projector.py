@@ -348,9 +348,15 @@ class ResponseProjection:
         pieces[:] = [arguments]
         item = self.output[index]
         kind = self._arguments_kind(index)
+        # A function call's names the function, as OpenAI's own does (openai 3.3's types require it).
+        named = {"name": item["name"]} if kind == "function_call" else {}
         events.append(
             self._event(
-                f"response.{kind}_arguments.done", item_id=item["id"], output_index=index, arguments=arguments
+                f"response.{kind}_arguments.done",
+                item_id=item["id"],
+                output_index=index,
+                arguments=arguments,
+                **named,
             )
         )
         if kind == "function_call":
