@@ -5,7 +5,8 @@ it). Without ``node`` or those packages a test cannot run: in CI (``CI=true``) t
 elsewhere a skip that says what to do.
 
 The AI SDK's scripts import ``#ai``: npm ``ai`` 6 by default, ``ai`` 7 (installed as ``ai7``)
-under Node's ``--conditions=ai7``. ``ai`` 7 needs Node 22; where the machine's Node is older, the
+under Node's ``--conditions=ai7``; those on OpenAI's Responses API import ``#openai`` likewise,
+``@ai-sdk/openai`` 3 or 4 (installed as ``ai-sdk-openai4``), the provider of each ``ai``. ``ai`` 7 needs Node 22; where the machine's Node is older, the
 one the npm registry's ``node`` package installed in tests/node runs it.
 """
 
@@ -23,7 +24,7 @@ from typing import Any
 import pytest
 
 NODE_DIR = Path(__file__).resolve().parents[1] / "node"
-PACKAGES = ("ai", "ai7", "@ag-ui/client")
+PACKAGES = ("ai", "ai7", "@ag-ui/client", "@ai-sdk/openai", "ai-sdk-openai4")
 AI_MAJORS = (6, 7)
 NODE_FOR_AI = {6: 20, 7: 22}  # the least Node major each ai major runs on
 NODE_TIMEOUT_S = 60.0
@@ -93,7 +94,10 @@ async def run_node(script: str, *args: str, env: dict[str, str] | None = None, a
         raise AssertionError(f"{script} did not finish within {NODE_TIMEOUT_S} s") from None
     assert process.returncode == 0, f"{script} failed ({process.returncode}):\n{stderr.decode()}"
     result: dict[str, Any] = json.loads(stdout.decode().strip().splitlines()[-1])
-    if script.startswith("aisdk_"):
+    if script.startswith(("aisdk_", "responses_")):
         expected = "/node_modules/ai7/" if ai == 7 else "/node_modules/ai/"
         assert expected in result["aiPackage"], (ai, result["aiPackage"])
+    if script.startswith("responses_"):
+        provider = "/node_modules/ai-sdk-openai4/" if ai == 7 else "/node_modules/@ai-sdk/openai/"
+        assert provider in result["openaiPackage"], (ai, result["openaiPackage"])
     return result

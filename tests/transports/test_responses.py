@@ -307,3 +307,34 @@ async def test_every_reader_of_a_response_reads_the_same_events(client: TestClie
     assert await read() == first
     for after in range(len(first)):
         assert await read(after) == first[after + 1 :], after
+
+
+async def test_an_answer_can_be_sent_back_by_reference(make_client: ClientFactory) -> None:
+    client = await make_client(api_keys="alice-key,bob-key")
+    alice, bob = openai_client(client, "alice-key"), openai_client(client, "bob-key")
+    model = await model_of(alice)
+    first = await alice.responses.create(model=model, input="My name is Ada. [emu:say=Hello Ada]")
+    [answer] = [item for item in first.output if item.type == "message"]
+    history: Any = [
+        {"role": "user", "content": "My name is Ada."},
+        {"type": "item_reference", "id": answer.id},
+        {"role": "user", "content": "What is my name?"},
+    ]
+    second = await alice.responses.create(model=model, input=history)
+    session = await (
+        await client.get(f"/sessions/{second.session_id}", headers={"Authorization": "Bearer alice-key"})  # type: ignore[attr-defined]
+    ).json()
+    # The referenced answer is read from the first response's conversation into the second's.
+    assert [(m["role"], m["content"][0].get("text")) for m in session["messages"][:2]] == [
+        ("user", "My name is Ada."),
+        ("assistant", "Hello Ada"),
+    ]
+    # Another key's answer is not found; a function call must come in full.
+    with pytest.raises(openai.NotFoundError) as caught:
+        await bob.responses.create(model=model, input=history)
+    assert caught.value.body["param"] == "input[1].id"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError) as refused:
+        await alice.responses.create(
+            model=model, input=[{"type": "item_reference", "id": "fc_tooluse_1"}, history[-1]]
+        )
+    assert refused.value.body["param"] == "input[0].id"  # type: ignore[index]

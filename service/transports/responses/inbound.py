@@ -24,12 +24,18 @@ from service.transports.responses.models import (
     ResponseFunctionCallItem,
     ResponseFunctionCallOutputItem,
     ResponseFunctionTool,
+    ResponseItemReference,
     ResponseMessageItem,
     ResponseRequest,
     ResponseSkippedItem,
 )
 
 NO_OUTPUT = "(no output)"
+# The ids of the output items a reference may name: an answer's text is read back from the stored
+# conversation; reasoning and the service's own tool calls are left out, as they are when a
+# client sends them in full.
+MESSAGE_PREFIX = "msg_"
+_LEFT_OUT_PREFIXES = ("rs_", "mcp_", "mcpr_")
 
 
 class InputError(ValueError):
@@ -70,7 +76,7 @@ def param_of(loc: tuple[int | str, ...], prefix: str = "") -> str:
 
 _TYPE_NAMES = frozenset({"str", "int", "bool", "none", "list", "dict", "float"})
 # The item types pydantic adds to a location as the discriminated union's member.
-_ITEM_TAGS = frozenset({"message", "function_call", "function_call_output", "skipped"})
+_ITEM_TAGS = frozenset({"message", "function_call", "function_call_output", "skipped", "item_reference"})
 
 
 def _text(content: str | list[dict[str, Any]], param: str) -> str:
@@ -118,9 +124,37 @@ class _Turns:
             self.messages.append({"role": role, "content": [block]})
 
 
-def to_query(body: ResponseRequest, pending: dict[str, str] | None = None) -> Query:
+def message_references(body: ResponseRequest) -> list[tuple[str, str]]:
+    """``(id, param)`` of each answer (``msg_`` item) the input names by reference: their text
+    is to be read from the conversations that hold them, for :func:`to_query`."""
+    if isinstance(body.input, str):
+        return []
+    return [
+        (item.id, f"input[{index}].id")
+        for index, item in enumerate(body.input)
+        if isinstance(item, ResponseItemReference) and item.id.startswith(MESSAGE_PREFIX)
+    ]
+
+
+def _dereferenced(item: ResponseItemReference, answers: dict[str, str], param: str) -> Any:
+    """The item a reference names: an answer as an assistant message, None for one left out."""
+    if item.id.startswith(_LEFT_OUT_PREFIXES):
+        return None
+    if item.id.startswith(MESSAGE_PREFIX) and item.id in answers:
+        return ResponseMessageItem(role="assistant", content=answers[item.id], id=item.id)
+    raise InputError(
+        f"only an answer's message (msg_), its reasoning (rs_) and the service's own tool calls (mcp_) "
+        f"can be referenced here, not {item.id!r}: send the item itself",
+        f"{param}.id",
+    )
+
+
+def to_query(
+    body: ResponseRequest, pending: dict[str, str] | None = None, answers: dict[str, str] | None = None
+) -> Query:
     """The request as the agent takes it; ``pending`` are the calls the conversation it continues
-    left unanswered (``call_id`` to tool-use id). :class:`InputError` for what no model could take."""
+    left unanswered (``call_id`` to tool-use id), ``answers`` the text of the answers the input
+    references (see :func:`message_references`). :class:`InputError` for what no model could take."""
     items: list[Any] = (
         [ResponseMessageItem(role="user", content=body.input)] if isinstance(body.input, str) else body.input
     )
@@ -130,7 +164,9 @@ def to_query(body: ResponseRequest, pending: dict[str, str] | None = None) -> Qu
     last: Any = None
     for index, item in enumerate(items):
         param = f"input[{index}]"
-        if isinstance(item, ResponseSkippedItem):
+        if isinstance(item, ResponseItemReference):
+            item = _dereferenced(item, answers or {}, param)
+        if item is None or isinstance(item, ResponseSkippedItem):
             continue
         if waiting and not isinstance(item, ResponseFunctionCallOutputItem | ResponseFunctionCallItem):
             raise InputError(_no_output(waiting), "input")

@@ -89,6 +89,17 @@ class ResponseSkippedItem(BaseModel):
 _SKIPPED = frozenset({"reasoning", "mcp_call", "mcp_list_tools", "mcp_approval_request"})
 
 
+class ResponseItemReference(BaseModel):
+    """An item of an earlier stored response, named by its id instead of sent again (the AI SDK's
+    OpenAI provider does so for what it was given with ``store``): an answer's ``msg_`` item is
+    read back from the stored conversation, a ``rs_`` or ``mcp_`` item is left out as those items
+    are when sent in full."""
+
+    model_config = _STRICT
+    type: Literal["item_reference"]
+    id: Annotated[str, Field(min_length=1, max_length=512)]
+
+
 def _item_kind(value: Any) -> str | None:
     """An input item's tag: a message may leave out its ``type``, as OpenAI's easy form does."""
     kind = value.get("type", "message") if isinstance(value, dict) else getattr(value, "type", None)
@@ -99,7 +110,8 @@ ResponseInputItem = Annotated[
     Annotated[ResponseMessageItem, Tag("message")]
     | Annotated[ResponseFunctionCallItem, Tag("function_call")]
     | Annotated[ResponseFunctionCallOutputItem, Tag("function_call_output")]
-    | Annotated[ResponseSkippedItem, Tag("skipped")],
+    | Annotated[ResponseSkippedItem, Tag("skipped")]
+    | Annotated[ResponseItemReference, Tag("item_reference")],
     Discriminator(_item_kind),
 ]
 
@@ -149,8 +161,8 @@ class ResponseRequest(BaseModel):
     """Body of ``POST /v1/responses``.
 
     ``input`` is the user's text, or items: messages, the client's ``function_call``\\ s and their
-    ``function_call_output``\\ s. The last item is the user's message (the query) or the outputs
-    of the calls the response before it handed back.
+    ``function_call_output``\\ s, references to earlier responses' items. The last item is the
+    user's message (the query) or the outputs of the calls the response before it handed back.
     """
 
     model_config = _CLOSED
@@ -202,9 +214,10 @@ Count = Annotated[int, Field(ge=0)]
 
 
 class ResponseInputTokensDetails(TypedDict):
-    """Input tokens read from the model's cache."""
+    """Input tokens read from the model's cache, and written to it (not told here: 0)."""
 
     cached_tokens: Count
+    cache_write_tokens: Count
 
 
 class ResponseOutputTokensDetails(TypedDict):
@@ -269,6 +282,13 @@ class ResponseFunctionCall(TypedDict):
     arguments: str
 
 
+class ResponseToolError(TypedDict):
+    """Why a call of the service's own tools failed: what the tool said, as MCP's content."""
+
+    type: Literal["mcp_tool_execution_error"]
+    content: list[dict[str, Any]]
+
+
 class ResponseServerToolCall(TypedDict):
     """A call of one of the service's own tools (the calculator, an MCP server's), run by the
     service: shown, never for the client to run."""
@@ -280,7 +300,7 @@ class ResponseServerToolCall(TypedDict):
     name: str
     arguments: str
     output: str | None
-    error: str | None
+    error: ResponseToolError | None
 
 
 class ResponseApprovalRequest(TypedDict):
@@ -379,7 +399,7 @@ class ResponseStreamEvent(TypedDict):
       ``summary_index``, ``part`` / ``delta`` / ``text``;
     - ``response.function_call_arguments.delta`` / ``.done``,
       ``response.mcp_call_arguments.delta`` / ``.done``: ``item_id``, ``output_index``,
-      ``delta`` / ``arguments``;
+      ``delta`` / ``arguments`` (and the function's ``name`` with a function call's);
     - ``response.mcp_call.in_progress`` / ``.completed`` / ``.failed``: ``item_id``,
       ``output_index``;
     - ``error``: ``code``, ``message``, ``param`` (the stream ended before the response did).
@@ -397,6 +417,7 @@ class ResponseStreamEvent(TypedDict):
     delta: NotRequired[str]
     text: NotRequired[str]
     arguments: NotRequired[str]
+    name: NotRequired[str]
     logprobs: NotRequired[list[Any]]
     code: NotRequired[str | None]
     message: NotRequired[str]

@@ -50,11 +50,16 @@ def usage_body(usage: Usage) -> dict[str, Any]:
     """Usage in the Responses API's words."""
     return {
         "input_tokens": usage.input_tokens,
-        "input_tokens_details": {"cached_tokens": 0},
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
         "output_tokens": usage.output_tokens,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": usage.total_tokens,
     }
+
+
+def tool_error(text: str) -> dict[str, Any]:
+    """A failed call's ``error``: OpenAI's clients read an object there, not a string."""
+    return {"type": "mcp_tool_execution_error", "content": [{"type": "text", "text": text}]}
 
 
 def _token(response_id: str) -> str:
@@ -343,9 +348,15 @@ class ResponseProjection:
         pieces[:] = [arguments]
         item = self.output[index]
         kind = self._arguments_kind(index)
+        # A function call's names the function, as OpenAI's own does (openai 3.3's types require it).
+        named = {"name": item["name"]} if kind == "function_call" else {}
         events.append(
             self._event(
-                f"response.{kind}_arguments.done", item_id=item["id"], output_index=index, arguments=arguments
+                f"response.{kind}_arguments.done",
+                item_id=item["id"],
+                output_index=index,
+                arguments=arguments,
+                **named,
             )
         )
         if kind == "function_call":
@@ -362,7 +373,7 @@ class ResponseProjection:
         item = self.output[index]
         item["status"] = "failed" if event.is_error else "completed"
         item["output"] = event.result
-        item["error"] = event.result if event.is_error else None
+        item["error"] = tool_error(event.result) if event.is_error else None
         outcome = "failed" if event.is_error else "completed"
         return [
             self._event(f"response.mcp_call.{outcome}", item_id=item["id"], output_index=index),

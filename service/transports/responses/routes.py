@@ -14,8 +14,10 @@ The client's function ``tools`` are handed back unrun (the response completes wi
 ``function_call`` items; the next request's ``function_call_output`` items, with
 ``previous_response_id`` or the whole history, continue). A call of the service's own tools that
 needs approval keeps the response ``in_progress``, its ``mcp_approval_request`` item naming the
-approval that the session's native routes answer. A streamed or waited-for response that is not
-``background`` is cancelled when its client goes away, as OpenAI's are; a background one runs on.
+approval that the session's native routes answer. An input item may name an earlier stored
+answer by its id (``item_reference``, as the AI SDK's provider sends it): its text is read from
+the conversation that holds it. A streamed or waited-for response that is not ``background`` is
+cancelled when its client goes away, as OpenAI's are; a background one runs on.
 """
 
 from __future__ import annotations
@@ -45,7 +47,14 @@ from service.transports.edge.context import Context, context_of
 from service.transports.edge.inputs import read_object
 from service.transports.edge.middleware import add_error_shape
 from service.transports.edge.openai_errors import PREFIX, error_body, openai_error, reshaped, run_error_status
-from service.transports.responses.inbound import InputError, Query, param_of, to_query
+from service.transports.responses.inbound import (
+    MESSAGE_PREFIX,
+    InputError,
+    Query,
+    message_references,
+    param_of,
+    to_query,
+)
 from service.transports.responses.models import UNSUPPORTED, ResponseRequest
 from service.transports.responses.projector import RESPONSE_PREFIX, ResponseProjection, ResponseStream
 from service.transports.responses.stored import from_conversation
@@ -195,6 +204,48 @@ async def _continued(context: Context, request: web.Request, body: ResponseReque
     return found.session
 
 
+# A later model turn's message carries its response's id and ``-<turn>``.
+_LATER_TURN = re.compile(r"(.+)-[0-9]+")
+
+
+async def _answers(context: Context, request: web.Request, body: ResponseRequest) -> dict[str, str]:
+    """The text of each answer the input references, read from the caller's stored conversation
+    that holds it (the item's id names its response, so its session); 404 for one not found."""
+    texts: dict[str, str] = {}
+    sessions: dict[str, Session | None] = {}
+    for item_id, param in message_references(body):
+        if item_id not in texts:
+            text = await _answer(context, owner_of(request), item_id, sessions)
+            if text is None:
+                raise openai_error(404, f"Item with id '{item_id}' not found.", "not_found", param)
+            texts[item_id] = text
+    return texts
+
+
+async def _answer(
+    context: Context, owner: str, item_id: str, sessions: dict[str, Session | None]
+) -> str | None:
+    """The text of the answer ``item_id`` names, or None; ``sessions`` keeps those read already."""
+    message_id = RESPONSE_PREFIX + item_id.removeprefix(MESSAGE_PREFIX)
+    later = _LATER_TURN.fullmatch(message_id)
+    # A session id may itself end in "-<digits>": the whole id is tried as a response's first.
+    for response_id in (message_id, later[1] if later else ""):
+        match = RESPONSE_ID.fullmatch(response_id)
+        if match is None:
+            continue
+        if match[2] not in sessions:
+            try:
+                sessions[match[2]] = await context.sessions.get_owned(match[2], owner)
+            except SessionNotFound:
+                sessions[match[2]] = None
+        session = sessions[match[2]]
+        index = conversation.find(session.messages, message_id) if session is not None else None
+        if session is not None and index is not None and session.messages[index].get("role") == "assistant":
+            parts = conversation.parts_of(session.messages[index])
+            return "".join(part.text for part in parts if isinstance(part, conversation.Text))
+    return None
+
+
 def _echo(context: Context, body: ResponseRequest, query: Query, store: bool) -> dict[str, Any]:
     """What the response shows of its request, from any instance (``run_started.request``)."""
     choice = body.tool_choice
@@ -230,8 +281,9 @@ async def create(request: web.Request) -> web.StreamResponse:
             400, "background responses must be stored (store: true)", "invalid_value", "background"
         )
     session = await _continued(context, request, body)
+    answers = await _answers(context, request, body)
     try:
-        query = to_query(body, _pending(session.messages) if session is not None else None)
+        query = to_query(body, _pending(session.messages) if session is not None else None, answers)
     except InputError as exc:
         raise openai_error(400, exc.message, "invalid_value", exc.param) from None
     if len(query.text) > settings.max_message_chars:

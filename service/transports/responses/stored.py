@@ -14,7 +14,7 @@ from typing import Any
 from service.core import conversation
 from service.core.conversation import Call, Reasoning, Text
 from service.transports.responses.inbound import arguments_text
-from service.transports.responses.projector import RESPONSE_PREFIX, SERVER_LABEL, usage_body
+from service.transports.responses.projector import RESPONSE_PREFIX, SERVER_LABEL, tool_error, usage_body
 
 
 def _mine(identifier: str, response_id: str) -> bool:
@@ -113,5 +113,5 @@ def _call(call: Call, result: conversation.Result | None) -> dict[str, Any]:
         "name": call.name,
         "arguments": arguments,
         "output": result.text,
-        "error": result.text if result.is_error else None,
+        "error": tool_error(result.text) if result.is_error else None,
     }
