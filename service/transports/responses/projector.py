@@ -62,6 +62,13 @@ def tool_error(text: str) -> dict[str, Any]:
     return {"type": "mcp_tool_execution_error", "content": [{"type": "text", "text": text}]}
 
 
+def unique_id(base: str, output: list[dict[str, Any]]) -> str:
+    """``base``, or ``base_<n>`` for the n-th item of that turn and kind (text after reasoning
+    after text, in one model turn), so no two items of a response share an id."""
+    taken = sum(1 for item in output if item["id"] == base or item["id"].startswith(f"{base}_"))
+    return base if taken == 0 else f"{base}_{taken}"
+
+
 def _token(response_id: str) -> str:
     return response_id.removeprefix(RESPONSE_PREFIX)
 
@@ -218,7 +225,9 @@ class ResponseProjection:
         open_text = self.open_text
         if open_text is None or open_text[0] != event.turn:
             events += self._close_text()
-            item_id = "msg_" + _token(conversation.turn_message_id(self.response_id, event.turn))
+            item_id = unique_id(
+                "msg_" + _token(conversation.turn_message_id(self.response_id, event.turn)), self.output
+            )
             item = {
                 "id": item_id,
                 "type": "message",
@@ -258,7 +267,9 @@ class ResponseProjection:
         events: list[EVENT] = []
         if self.reasoning is None:
             events += self._close_text()
-            item_id = "rs_" + _token(conversation.turn_message_id(self.response_id, event.turn))
+            item_id = unique_id(
+                "rs_" + _token(conversation.turn_message_id(self.response_id, event.turn)), self.output
+            )
             self.reasoning, opened = self._open(
                 {"id": item_id, "type": "reasoning", "summary": [], "status": "in_progress"}, []
             )

@@ -150,10 +150,10 @@ def _stored(messages: list[dict[str, Any]], response_id: str) -> bool:
     )
 
 
-async def snapshot(found: Found) -> dict[str, Any]:
+async def snapshot(found: Found, model: str) -> dict[str, Any]:
     """The response as it stands: folded from its query's events, or told from the conversation."""
     if found.start is None:
-        return from_conversation(found.response_id, found.session.id, found.session.messages)
+        return from_conversation(found.response_id, found.session.id, found.session.messages, model)
     projection = ResponseProjection(found.response_id, found.session.id)
     log = found.session.log
     after = found.start.id - 1
@@ -312,7 +312,8 @@ async def create(request: web.Request) -> web.StreamResponse:
                 allow_all_methods=True,
             )
         if body.background:
-            return _json(await snapshot(Found(response_id, session, await _first(session, after))))
+            started = Found(response_id, session, await _first(session, after))
+            return _json(await snapshot(started, settings.model_id))
         failure = await _fold(session, after, projection)
         if failure is not None:
             status = run_error_status(failure)
@@ -425,7 +426,7 @@ async def retrieve(request: web.Request) -> web.StreamResponse:
     after = _starting_after(request) if stream == "true" else -1
     found = await find(context, request, request.match_info["response_id"])
     if stream == "false":
-        return _json(await snapshot(found))
+        return _json(await snapshot(found, context.settings.model_id))
     if found.start is None:
         raise openai_error(
             400,
@@ -452,7 +453,7 @@ async def cancel(request: web.Request) -> web.Response:
         started = found.start.event
         assert isinstance(started, RunStarted)
         await _cancel(context, found.session, started.run_id)
-    return _json(await snapshot(found))
+    return _json(await snapshot(found, context.settings.model_id))
 
 
 async def delete(request: web.Request) -> web.Response:

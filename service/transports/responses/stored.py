@@ -14,15 +14,24 @@ from typing import Any
 from service.core import conversation
 from service.core.conversation import Call, Reasoning, Text
 from service.transports.responses.inbound import arguments_text
-from service.transports.responses.projector import RESPONSE_PREFIX, SERVER_LABEL, tool_error, usage_body
+from service.transports.responses.projector import (
+    RESPONSE_PREFIX,
+    SERVER_LABEL,
+    tool_error,
+    unique_id,
+    usage_body,
+)
 
 
 def _mine(identifier: str, response_id: str) -> bool:
     return identifier == response_id or identifier.startswith(f"{response_id}-")
 
 
-def from_conversation(response_id: str, session_id: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
-    """The response whose messages ``messages`` holds, as far as they tell it."""
+def from_conversation(
+    response_id: str, session_id: str, messages: list[dict[str, Any]], model: str = ""
+) -> dict[str, Any]:
+    """The response whose messages ``messages`` holds, as far as they tell it (``model``: the
+    one this service answers as now)."""
     token = response_id.removeprefix(RESPONSE_PREFIX)
     results: dict[str, conversation.Result] = {}
     answers: list[tuple[str, dict[str, Any]]] = []
@@ -43,7 +52,7 @@ def from_conversation(response_id: str, session_id: str, messages: list[dict[str
             if isinstance(part, Text):
                 output.append(
                     {
-                        "id": f"msg_{token}{item_token}",
+                        "id": unique_id(f"msg_{token}{item_token}", output),
                         "type": "message",
                         "status": "completed",
                         "role": "assistant",
@@ -55,7 +64,7 @@ def from_conversation(response_id: str, session_id: str, messages: list[dict[str
             elif isinstance(part, Reasoning):
                 output.append(
                     {
-                        "id": f"rs_{token}{item_token}",
+                        "id": unique_id(f"rs_{token}{item_token}", output),
                         "type": "reasoning",
                         "status": "completed",
                         "summary": [{"type": "summary_text", "text": part.text}],
@@ -77,7 +86,7 @@ def from_conversation(response_id: str, session_id: str, messages: list[dict[str
         "instructions": None,
         "max_output_tokens": None,
         "metadata": {},
-        "model": "",
+        "model": model,
         "output": output,
         "parallel_tool_calls": True,
         "previous_response_id": None,
