@@ -217,6 +217,7 @@ async def test_another_callers_response_is_not_found(make_client: ClientFactory)
 
 BAD: list[tuple[str, dict[str, Any], str, str]] = [
     ("unknown parameter", {"input": "hi", "frobnicate": 1}, "frobnicate", "unknown_parameter"),
+    ("unknown odd name", {"input": "hi", "Max-Tokens": 1}, "Max-Tokens", "unknown_parameter"),
     ("conversation", {"input": "hi", "conversation": "conv_1"}, "conversation", "unsupported_parameter"),
     ("hosted tool", {"input": "hi", "tools": [{"type": "web_search"}]}, "tools[0].type", "invalid_value"),
     (

@@ -79,7 +79,9 @@ async def read_request(request: web.Request) -> ResponseRequest:
     except ValidationError as exc:
         problem = exc.errors(include_url=False)[0]
         if problem["type"] == "extra_forbidden":
-            name = param_of(problem["loc"])
+            # The name as the client sent it: any string is a JSON key, not only a field's name.
+            *where, key = problem["loc"]
+            name = f"{param_of(tuple(where))}.{key}" if where else str(key)
             raise openai_error(400, f"Unknown parameter: '{name}'.", "unknown_parameter", name) from None
         summary = "; ".join(
             f"{param_of(item['loc'])}: {item['msg']}" for item in exc.errors(include_url=False)[:5]
