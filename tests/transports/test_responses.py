@@ -243,6 +243,12 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
         "input[0].call_id",
         "invalid_value",
     ),
+    (
+        "bad item field",
+        {"input": [{"type": "function_call", "call_id": "c1", "name": "a b", "arguments": "{}"}]},
+        "input[0].name",
+        "invalid_value",
+    ),
     ("assistant last", {"input": [{"role": "assistant", "content": "hi"}]}, "input[0]", "invalid_value"),
     (
         "background unstored",
