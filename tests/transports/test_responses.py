@@ -288,3 +288,14 @@ async def test_the_raw_stream_names_each_event(client: TestClient) -> None:
         assert response.content_type == "text/event-stream"
         blocks = [block async for block in sse_blocks(response)]
     assert all(json.loads(block["data"])["type"] == block["event"] for block in blocks)
+
+
+async def test_starting_after_is_ascii_digits(client: TestClient) -> None:
+    api = openai_client(client)
+    done = await api.responses.create(model=await model_of(api), input="Hi [emu:tokens=3]")
+    # "²" and "٣" are digits to str.isdigit(); only the first is refused by int() as well.
+    for raw in ("²", "٣", "-1", " 2"):
+        params = {"stream": "true", "starting_after": raw}
+        async with client.get(f"/v1/responses/{done.id}", params=params) as response:
+            assert response.status == 400, (raw, await response.text())
+            assert (await response.json())["error"]["param"] == "starting_after"

@@ -369,7 +369,8 @@ def _starting_after(request: web.Request) -> int:
     raw = request.query.get("starting_after", request.headers.get("Last-Event-ID"))
     if raw is None or raw == "":
         return -1
-    if not raw.isdigit() or len(raw) > 18:
+    # ASCII digits only: str.isdigit() also takes "²" and other scripts' digits, which int() refuses.
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
         raise openai_error(
             400,
             "starting_after must be a sequence number (an integer from 0)",
