@@ -217,6 +217,7 @@ async def test_another_callers_response_is_not_found(make_client: ClientFactory)
 
 BAD: list[tuple[str, dict[str, Any], str, str]] = [
     ("unknown parameter", {"input": "hi", "frobnicate": 1}, "frobnicate", "unknown_parameter"),
+    ("unknown odd name", {"input": "hi", "Max-Tokens": 1}, "Max-Tokens", "unknown_parameter"),
     ("conversation", {"input": "hi", "conversation": "conv_1"}, "conversation", "unsupported_parameter"),
     ("hosted tool", {"input": "hi", "tools": [{"type": "web_search"}]}, "tools[0].type", "invalid_value"),
     (
@@ -240,6 +241,12 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
         "stray output",
         {"input": [{"type": "function_call_output", "call_id": "c9", "output": "x"}]},
         "input[0].call_id",
+        "invalid_value",
+    ),
+    (
+        "bad item field",
+        {"input": [{"type": "function_call", "call_id": "c1", "name": "a b", "arguments": "{}"}]},
+        "input[0].name",
         "invalid_value",
     ),
     ("assistant last", {"input": [{"role": "assistant", "content": "hi"}]}, "input[0]", "invalid_value"),
@@ -338,3 +345,14 @@ async def test_an_answer_can_be_sent_back_by_reference(make_client: ClientFactor
             model=model, input=[{"type": "item_reference", "id": "fc_tooluse_1"}, history[-1]]
         )
     assert refused.value.body["param"] == "input[0].id"  # type: ignore[index]
+
+
+async def test_starting_after_is_ascii_digits(client: TestClient) -> None:
+    api = openai_client(client)
+    done = await api.responses.create(model=await model_of(api), input="Hi [emu:tokens=3]")
+    # "²" and "٣" are digits to str.isdigit(); only the first is refused by int() as well.
+    for raw in ("²", "٣", "-1", " 2"):
+        params = {"stream": "true", "starting_after": raw}
+        async with client.get(f"/v1/responses/{done.id}", params=params) as response:
+            assert response.status == 400, (raw, await response.text())
+            assert (await response.json())["error"]["param"] == "starting_after"

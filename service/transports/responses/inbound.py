@@ -64,13 +64,16 @@ class Query:
 def param_of(loc: tuple[int | str, ...], prefix: str = "") -> str:
     """A pydantic error location as OpenAI names a parameter (``input[0].content``)."""
     name = prefix
+    previous: int | str | None = None
     for item in loc:
         if isinstance(item, int):
             name += f"[{item}]"
+        elif isinstance(previous, int) and item in _ITEM_TAGS:
+            pass  # the input item's type, which pydantic names after the item's index
         elif item.replace("_", "").isalnum() and not item[:1].isupper() and item not in _TYPE_NAMES:
             name += f".{item}" if name else item
-        elif item not in _ITEM_TAGS:
-            break  # a union's member (``str``, ``list[...]``, a model's name): no field
+        # Else a union's member (``constrained-str``, ``list[...]``, a model's name): no field.
+        previous = item
     return name or "body"
 
 

@@ -33,6 +33,7 @@ from typing import Any
 
 from aiohttp import web
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from service import jsonsafe
 from service.core import conversation
@@ -86,16 +87,31 @@ async def read_request(request: web.Request) -> ResponseRequest:
     try:
         return ResponseRequest.model_validate(data)
     except ValidationError as exc:
-        problem = exc.errors(include_url=False)[0]
+        problems = _told(exc)
+        problem = problems[0]
         if problem["type"] == "extra_forbidden":
-            name = param_of(problem["loc"])
+            # The name as the client sent it: any string is a JSON key, not only a field's name.
+            *where, key = problem["loc"]
+            name = f"{param_of(tuple(where))}.{key}" if where else str(key)
             raise openai_error(400, f"Unknown parameter: '{name}'.", "unknown_parameter", name) from None
-        summary = "; ".join(
-            f"{param_of(item['loc'])}: {item['msg']}" for item in exc.errors(include_url=False)[:5]
-        )
+        summary = "; ".join(f"{param_of(item['loc'])}: {item['msg']}" for item in problems[:5])
         raise openai_error(
             400, f"invalid request: {summary}", "invalid_value", param_of(problem["loc"])
         ) from None
+
+
+def _told(exc: ValidationError) -> list[ErrorDetails]:
+    """The errors a 400 tells, the one its ``param`` names first: of the first parameter in
+    error, those that got furthest into its value (the members of a union that do not take the
+    value's JSON type fail at once, ``input: Input should be a valid string`` for a list of
+    items; the member that does take it names the item and field at fault), then the others'."""
+    errors = exc.errors(include_url=False)
+    first = errors[0]["loc"][:1]
+    own = [error for error in errors if error["loc"][:1] == first]
+    deepest = max(len(error["loc"]) for error in own)
+    return [error for error in own if len(error["loc"]) == deepest] + [
+        error for error in errors if error["loc"][:1] != first
+    ]
 
 
 # --- finding a response -------------------------------------------------------------------------
@@ -406,7 +422,8 @@ def _starting_after(request: web.Request) -> int:
     raw = request.query.get("starting_after", request.headers.get("Last-Event-ID"))
     if raw is None or raw == "":
         return -1
-    if not raw.isdigit() or len(raw) > 18:
+    # ASCII digits only: str.isdigit() also takes "²" and other scripts' digits, which int() refuses.
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
         raise openai_error(
             400,
             "starting_after must be a sequence number (an integer from 0)",
