@@ -208,7 +208,13 @@ def test_a_response_is_told_from_the_conversation_once_its_events_are_gone() -> 
 def test_text_after_reasoning_in_one_turn_is_a_new_item_with_its_own_id() -> None:
     projection = ResponseProjection(RESPONSE, "SESSION")
     started = RunStarted(run_id="r", message="q", max_turns=5, reply_id=RESPONSE, request={"model": "m"})
-    for event in (started, TextDelta(text="a"), ReasoningDelta(text="b"), TextDelta(text="c"), RunDone(turns=1)):
+    for event in (
+        started,
+        TextDelta(text="a"),
+        ReasoningDelta(text="b"),
+        TextDelta(text="c"),
+        RunDone(turns=1),
+    ):
         projection.feed(event)
     ids = [item["id"] for item in projection.response()["output"]]
     assert len(ids) == 3 and len(set(ids)) == 3
