@@ -356,3 +356,21 @@ async def test_starting_after_is_ascii_digits(client: TestClient) -> None:
         async with client.get(f"/v1/responses/{done.id}", params=params) as response:
             assert response.status == 400, (raw, await response.text())
             assert (await response.json())["error"]["param"] == "starting_after"
+
+
+async def test_each_event_carries_its_number_as_the_sse_id_for_an_eventsource_to_resume(
+    client: TestClient,
+) -> None:
+    api = openai_client(client)
+    done = await api.responses.create(model=await model_of(api), input="Hi [emu:tokens=8]")
+    async with client.get(f"/v1/responses/{done.id}", params={"stream": "true"}) as response:
+        blocks = [block async for block in sse_blocks(response)]
+    assert [int(block["id"]) for block in blocks] == [
+        json.loads(b["data"])["sequence_number"] for b in blocks
+    ]
+    # A reconnecting EventSource sends the last id it saw: the stream goes on after it.
+    async with client.get(
+        f"/v1/responses/{done.id}", params={"stream": "true"}, headers={"Last-Event-ID": blocks[4]["id"]}
+    ) as response:
+        rest = [block async for block in sse_blocks(response)]
+    assert rest == blocks[5:]

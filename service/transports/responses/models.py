@@ -112,7 +112,14 @@ ResponseInputItem = Annotated[
     | Annotated[ResponseFunctionCallOutputItem, Tag("function_call_output")]
     | Annotated[ResponseSkippedItem, Tag("skipped")]
     | Annotated[ResponseItemReference, Tag("item_reference")],
-    Discriminator(_item_kind),
+    Discriminator(
+        _item_kind,
+        custom_error_type="invalid_input_item",
+        custom_error_message=(
+            "an input item's type is one of message, function_call, function_call_output, "
+            "item_reference, reasoning, mcp_call, mcp_list_tools or mcp_approval_request"
+        ),
+    ),
 ]
 
 

@@ -473,8 +473,13 @@ _HANDLERS: dict[type, Any] = {
 
 
 def sse_event(event: EVENT) -> str:
-    """One stream event as OpenAI writes it: ``event:`` its type, ``data:`` it."""
-    return f"event: {event['type']}{SSE_SEP}data: {jsonsafe.dumps(event)}{SSE_SEP}{SSE_SEP}"
+    """One stream event as OpenAI writes it, ``event:`` its type and ``data:`` it, with its
+    sequence number as ``id:``: a browser's ``EventSource`` that reconnects to
+    ``GET /v1/responses/{id}?stream=true`` sends it back as ``Last-Event-ID`` and resumes after it."""
+    return (
+        f"id: {event['sequence_number']}{SSE_SEP}event: {event['type']}{SSE_SEP}"
+        f"data: {jsonsafe.dumps(event)}{SSE_SEP}{SSE_SEP}"
+    )
 
 
 _CACHE_KEY = "responses"
@@ -515,7 +520,7 @@ class ResponseStream(Projector):
             if cached is not None and cached[0] == seq and cached[1] == item_id:
                 return cached[2]
             block = (
-                f"event: response.output_text.delta{SSE_SEP}"
+                f"id: {seq}{SSE_SEP}event: response.output_text.delta{SSE_SEP}"
                 f'data: {{"type":"response.output_text.delta","sequence_number":{seq},'
                 f'"item_id":"{item_id}","output_index":{index},"content_index":0,'
                 f'"delta":{jsonsafe.quote(event.text)},"logprobs":[]}}{SSE_SEP}{SSE_SEP}'
