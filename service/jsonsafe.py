@@ -94,6 +94,18 @@ def loads(data: str | bytes | bytearray, *, max_depth: int = MAX_DEPTH, finite_o
     return value
 
 
+def loads_object(text: str) -> dict[str, Any] | None:
+    """A tool call's arguments as a JSON object (blank text: an empty one); None when the text is
+    not a JSON object."""
+    if not text.strip():
+        return {}
+    try:
+        value = loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def finite(value: Any) -> bool:
     """False when ``value`` (parsed JSON) holds a float that is NaN or infinite."""
     stack: list[Any] = [value]

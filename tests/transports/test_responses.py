@@ -4,7 +4,6 @@ embedded emulator; its retries are off so that an error is seen once."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import openai
@@ -12,6 +11,12 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from tests.conftest import ClientFactory, sse_blocks
+from tests.transports.test_openai_chat import (  # noqa: F401 - the fixture closes the clients
+    PROVIDERS,
+    _close_openai_clients,
+    model_of,
+    openai_client,
+)
 
 WEATHER = {
     "type": "function",
@@ -20,30 +25,6 @@ WEATHER = {
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
 }
 ASK_WEATHER = 'What is the weather in Paris? [emu:tool=get_weather] [emu:tool_input={"city": "Paris"}]'
-PROVIDERS = {
-    "bedrock": {},
-    "openai": {"provider": "openai", "openai_base_url": "emulator", "openai_api_key": "emulator"},
-}
-_OPENED: list[openai.AsyncOpenAI] = []
-
-
-@pytest.fixture(autouse=True)
-async def _close_openai_clients() -> AsyncIterator[None]:
-    """Close the test's clients on its own loop (one left to the garbage collector closes itself
-    later, on a loop that is gone)."""
-    yield
-    while _OPENED:
-        await _OPENED.pop().close()
-
-
-def openai_client(client: TestClient, key: str = "unused") -> openai.AsyncOpenAI:
-    api = openai.AsyncOpenAI(base_url=str(client.make_url("/v1")), api_key=key, max_retries=0)
-    _OPENED.append(api)
-    return api
-
-
-async def model_of(api: openai.AsyncOpenAI) -> str:
-    return (await api.models.list()).data[0].id
 
 
 async def test_a_response_runs_the_agent_with_its_own_tools(client: TestClient) -> None:

@@ -8,6 +8,7 @@ bodies (401 no key, 429 quota, 413 too large, 503 at a limit) into it.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from aiohttp import web
@@ -61,6 +62,25 @@ def openai_error(
     middleware as it is: a JSON error)."""
     cls = _STATUS_CLASSES.get(status, web.HTTPBadRequest)
     return cls(text=jsonsafe.dumps(error_body(status, message, code, param)), content_type="application/json")
+
+
+def require_model(model: str, served: str) -> None:
+    """A 404 ``model_not_found`` unless ``model`` is the one this service answers as."""
+    if model != served:
+        raise openai_error(
+            404,
+            f"The model `{model}` does not exist; this service answers as `{served}` (see GET /v1/models).",
+            "model_not_found",
+            "model",
+        )
+
+
+def require_unicode(data: Any) -> None:
+    """A 400 for a body holding a lone surrogate, which no upstream could take."""
+    try:
+        json.dumps(data, ensure_ascii=False, allow_nan=False).encode()
+    except UnicodeEncodeError:
+        raise openai_error(400, "the body must be valid Unicode text (no lone surrogates)") from None
 
 
 def reshaped(status: int, body: Any, headers: Any) -> web.Response:

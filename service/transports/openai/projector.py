@@ -94,13 +94,8 @@ def _text(content: str | list[Any] | None, param: str) -> str:
 
 
 def _arguments(text: str, param: str) -> dict[str, Any]:
-    if not text.strip():
-        return {}
-    try:
-        value = jsonsafe.loads(text)
-    except ValueError:
-        raise ConversationError("the arguments must be a JSON object", param) from None
-    if not isinstance(value, dict):
+    value = jsonsafe.loads_object(text)
+    if value is None:
         raise ConversationError("the arguments must be a JSON object", param)
     return value
 

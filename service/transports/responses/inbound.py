@@ -98,13 +98,8 @@ def _text(content: str | list[dict[str, Any]], param: str) -> str:
 
 
 def _arguments(text: str, param: str) -> dict[str, Any]:
-    if not text.strip():
-        return {}
-    try:
-        value = jsonsafe.loads(text)
-    except ValueError:
-        raise InputError("the arguments must be a JSON object", param) from None
-    if not isinstance(value, dict):
+    value = jsonsafe.loads_object(text)
+    if value is None:
         raise InputError("the arguments must be a JSON object", param)
     return value
 

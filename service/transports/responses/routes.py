@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import re
 import secrets
 from collections.abc import AsyncIterator
@@ -47,7 +46,15 @@ from service.transports.edge.auth import owner_of
 from service.transports.edge.context import Context, context_of
 from service.transports.edge.inputs import read_object
 from service.transports.edge.middleware import add_error_shape
-from service.transports.edge.openai_errors import PREFIX, error_body, openai_error, reshaped, run_error_status
+from service.transports.edge.openai_errors import (
+    PREFIX,
+    error_body,
+    openai_error,
+    require_model,
+    require_unicode,
+    reshaped,
+    run_error_status,
+)
 from service.transports.responses.inbound import (
     MESSAGE_PREFIX,
     InputError,
@@ -77,10 +84,7 @@ def new_response_id(session_id: str) -> str:
 async def read_request(request: web.Request) -> ResponseRequest:
     """The body as a Responses request; a 400 (413 too large) in OpenAI's shape otherwise."""
     data = await read_object(request)  # 413, 400, 422 (reshaped as a 400 by the middleware)
-    try:
-        json.dumps(data, ensure_ascii=False, allow_nan=False).encode()
-    except UnicodeEncodeError:
-        raise openai_error(400, "the body must be valid Unicode text (no lone surrogates)") from None
+    require_unicode(data)
     for name, reason in UNSUPPORTED.items():
         if data.get(name) is not None:
             raise openai_error(400, reason, "unsupported_parameter", name)
@@ -283,14 +287,7 @@ async def create(request: web.Request) -> web.StreamResponse:
     context = context_of(request)
     settings = context.settings
     body = await read_request(request)
-    if body.model != settings.model_id:
-        raise openai_error(
-            404,
-            f"The model `{body.model}` does not exist; this service answers as `{settings.model_id}` "
-            "(see GET /v1/models).",
-            "model_not_found",
-            "model",
-        )
+    require_model(body.model, settings.model_id)
     store = body.store is not False
     if body.background and not store:
         raise openai_error(
