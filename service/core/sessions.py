@@ -32,6 +32,8 @@ from service.core.log import EventLog, LogEntry, MemoryEventLog
 from service.core.records import SessionRecord
 from service.errors import QuotaExceeded, SessionExists, SessionLimitReached, SessionNotFound
 
+# The agent of a session made without naming one, and of every session made before agents had names.
+DEFAULT_AGENT = "default"
 IDLE = "idle"
 RUNNING = "running"
 WAITING = "waiting"  # the query waits for a person to approve a tool call
@@ -58,7 +60,8 @@ def answered_state(response: Answer) -> str:
 
 @dataclass
 class Session:
-    """One conversation: its messages (Bedrock's format), its event log and its status."""
+    """One conversation: its messages (Bedrock's format), its event log and its status; ``agent``
+    names the agent it was made for, which answers every query in it (see :mod:`service.agents`)."""
 
     id: str
     log: EventLog
@@ -83,6 +86,7 @@ class Session:
     # The fewest messages the conversation was cut back to since it was last recorded (None: not
     # cut), so the durable record replaces what it stored from there (see core/conversation.py).
     cut: int | None = None
+    agent: str = DEFAULT_AGENT
 
     def touch(self) -> None:
         """Note activity, for the idle time-to-live."""
