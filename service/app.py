@@ -16,7 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from service.agent.calculator import builtin_tools
-from service.agent.loop import AgentLoop
+from service.agent.catalog import AgentCatalog
 from service.agent.tools import Tool, ToolExecutor
 from service.config import Settings, load_settings
 from service.core.admission import Admission
@@ -25,7 +25,7 @@ from service.core.durable import DurableSessionStore
 from service.core.log import MemoryEventLog
 from service.core.runs import RunManager
 from service.core.sessions import MemorySessionStore, SessionStore
-from service.errors import ProviderError, StoreUnavailable
+from service.errors import StoreUnavailable
 from service.logs import quiet_malformed_requests
 from service.metrics import Metrics
 from service.monitor import LoopLagMonitor
@@ -48,9 +48,9 @@ class Services(Context):
     """The context the transports see, plus what only the app wires: the agent, its tools, the
     provider (and the embedded emulator), and the Redis backend."""
 
-    agent: AgentLoop
+    catalog: AgentCatalog
     tools: ToolExecutor
-    provider: ModelProvider | None = None
+    provider: ModelProvider | None = None  # the default agent's
     emulator: Any = None
     backend: Any = None  # the Redis backend when AGENT_REDIS_URL is set
     records: Any = None  # the session database when AGENT_DATABASE_URL is not empty
@@ -63,47 +63,6 @@ def server_options(settings: Settings) -> dict[str, Any]:
     """aiohttp's request-parser options the settings decide, for ``web.run_app`` (and a test's
     server): a longer request line or header gets aiohttp's 400 instead of being read."""
     return {"max_line_size": settings.max_header_bytes, "max_field_size": settings.max_header_bytes}
-
-
-def make_provider(settings: Settings, emulator_url: str | None = None) -> ModelProvider:
-    """The provider the settings ask for; ``AGENT_OPENAI_BASE_URL=emulator`` means the embedded one."""
-    from service.providers.bedrock import BedrockProvider
-
-    common: dict[str, Any] = {
-        "model_id": settings.model_id,
-        "max_concurrent_runs": settings.max_concurrent_runs,
-        "max_attempts": settings.bedrock_max_attempts,
-        "read_timeout": settings.bedrock_read_timeout_s,
-    }
-    if settings.provider == "emulator":
-        assert emulator_url is not None
-        return BedrockProvider(
-            **common,
-            endpoint_url=emulator_url,
-            region_name="us-east-1",
-            credentials={"aws_access_key_id": "emulator", "aws_secret_access_key": "emulator"},
-        )
-    if settings.provider == "bedrock":
-        return BedrockProvider(**common)
-    if settings.provider == "openai":
-        from service.providers.openai import OpenAIProvider
-
-        base_url = settings.openai_base_url
-        if base_url == "emulator":
-            # The embedded emulator serves the OpenAI-compatible route under /v1, like OpenAI.
-            assert emulator_url is not None
-            base_url = f"{emulator_url}/v1"
-        return OpenAIProvider(
-            base_url=base_url,
-            api_key=settings.openai_api_key,
-            model_id=settings.model_id,
-            max_concurrent_runs=settings.max_concurrent_runs,
-            # The service's one upstream read-timeout setting; its name predates this provider.
-            read_timeout=settings.bedrock_read_timeout_s,
-        )
-    raise ProviderError(
-        f"AGENT_PROVIDER={settings.provider} is not available in this version", code="unavailable"
-    )
 
 
 async def _expire_sessions(sessions: SessionStore, ttl_s: float) -> None:
@@ -257,19 +216,9 @@ def make_services(
     """Every object the app wires, made but not started: the tools, the agent, the stores, the
     metrics, the quotas and the run manager, with the gauges and health probes registered."""
     executor = _make_tools(settings, tools)
-    # The provider is made at start-up (the embedded emulator must be listening first).
-    agent = AgentLoop(
-        provider,
-        executor,
-        system_prompt=settings.system_prompt,
-        max_tokens=settings.max_tokens,
-        throttle_retries=settings.throttle_retries,
-        backoff_s=settings.throttle_backoff_s,
-        backoff_max_s=settings.throttle_backoff_max_s,
-        planning=settings.steps_planning,
-        require_approval=settings.tools_require_approval,
-        context_max_tokens=settings.context_limit(),
-    )
+    # The agents (AGENT_AGENTS_FILE, or the settings as one); their providers are made at
+    # start-up (the embedded emulator must be listening first). A bad file stops the start here.
+    catalog = AgentCatalog.from_settings(settings, executor, provider)
     backend, sessions, records = _make_stores(settings)
     metrics = Metrics()
     quotas: Quotas = Quotas.from_settings(settings)
@@ -283,7 +232,7 @@ def make_services(
         settings=settings,
         sessions=sessions,
         runs=RunManager(
-            agent,
+            agents=catalog,
             store=sessions,
             observer=metrics,
             gate=quotas,
@@ -295,7 +244,8 @@ def make_services(
                 client_tool_timeout_s=settings.client_tool_timeout_s,
             ),
         ),
-        agent=agent,
+        catalog=catalog,
+        agents=catalog,
         tools=executor,
         monitor=LoopLagMonitor(on_sample=metrics.loop_lag.observe),
         backend=backend,
@@ -311,35 +261,25 @@ def make_services(
     return services
 
 
-async def _start_provider(
-    services: Services, settings: Settings, provider: ModelProvider | None
-) -> tuple[ModelProvider, Any]:
-    """The provider given, or the one the settings ask for, started: ``(provider, emulator)``.
-    The embedded emulator, when asked for, is started first: the provider is made on its URL."""
+async def _start_agents(services: Services, settings: Settings) -> Any:
+    """The embedded emulator, when an agent asks for it, started first (the providers are made on
+    its URL), then the agents' providers: the emulator, or None."""
+    catalog = services.catalog
     emulator = None
-    made = provider
-    if made is None:
-        if settings.provider == "emulator" or (
-            settings.provider == "openai" and settings.openai_base_url == "emulator"
-        ):
-            from service.emulator import EmbeddedEmulator, EmulatorConfig
+    if catalog.needs_emulator:
+        from service.emulator import EmbeddedEmulator, EmulatorConfig
 
-            emulator = EmbeddedEmulator(
-                EmulatorConfig(
-                    ttft_ms=settings.emulator_ttft_ms,
-                    tokens_per_second=settings.emulator_tokens_per_second,
-                    context_tokens=settings.emulator_context_tokens,
-                )
-            ).start()
-            services.emulator = emulator
-        made = make_provider(settings, emulator.url if emulator else None)
-        start = getattr(made, "start", None)
-        if start is not None:
-            # Made before serving: a client loads its service model from disk, blocking work
-            # that would otherwise stall the loop under the first requests (measured:
-            # docs/benchmarks.md, section Bedrock intake).
-            await start()
-    return made, emulator
+        emulator = EmbeddedEmulator(
+            EmulatorConfig(
+                ttft_ms=settings.emulator_ttft_ms,
+                tokens_per_second=settings.emulator_tokens_per_second,
+                context_tokens=settings.emulator_context_tokens,
+            )
+        ).start()
+        services.emulator = emulator
+    await catalog.start(emulator.url if emulator else None)
+    services.provider = catalog.resolve(catalog.default)[0].provider
+    return emulator
 
 
 def _resources(
@@ -348,7 +288,7 @@ def _resources(
     """The ``cleanup_ctx`` generator owning every background resource: started in dependency
     order before serving, stopped in reverse after. The stores are the ones made with the
     services (taken here, as ``create_app`` always has, not re-read from ``services`` later)."""
-    agent, executor = services.agent, services.tools
+    catalog, executor = services.catalog, services.tools
     sessions, records, backend, quotas = (
         services.sessions,
         services.records,
@@ -357,18 +297,16 @@ def _resources(
     )
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
-        made, emulator = await _start_provider(services, settings, provider)
-        services.provider = made
-        agent.provider = made
+        emulator = await _start_agents(services, settings)
         services.monitor.start()
         mcp_tools = None
-        if settings.mcp_servers:
+        servers = catalog.mcp_servers()
+        if servers:
             from service.agent.mcp import McpToolSet
 
-            # A server that is down only lacks its tools; it is retried in the background.
-            mcp_tools = McpToolSet(
-                settings.mcp_servers, reserved=executor.names, call_timeout=settings.tool_timeout_s
-            )
+            # Every agent's servers, each connected once. A server that is down only lacks its
+            # tools; it is retried in the background.
+            mcp_tools = McpToolSet(servers, reserved=executor.names, call_timeout=settings.tool_timeout_s)
             executor.add_source(mcp_tools)
             await mcp_tools.start()
             services.health["mcp"] = _mcp_probe(mcp_tools)
@@ -407,7 +345,9 @@ def _resources(
             if records is not None:
                 await records.close()
             await services.monitor.stop()
-            await made.close()
+            await catalog.close()
+            if provider is not None:
+                await provider.close()
             if emulator is not None:
                 emulator.stop()
 

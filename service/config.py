@@ -34,6 +34,9 @@ class Settings(BaseSettings):
     max_concurrent_runs: int = Field(256, ge=1, le=10_000)
     max_tokens: int = Field(4096, ge=1, le=200_000)
     system_prompt: str = "You are a helpful assistant. Use the calculator tool for arithmetic."
+    # A TOML file of named agents (see service/agent/catalog.py); empty: the settings here are the
+    # one agent, "default".
+    agents_file: str = ""
     openai_base_url: str = ""
     openai_api_key: str = ""
     session_events_max_bytes: int = Field(10 * 1024 * 1024, ge=1024)

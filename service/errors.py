@@ -195,3 +195,15 @@ def describe_exception(exc: BaseException) -> str:
         message = ""
     name = type(exc).__name__
     return f"{name}: {message}" if message else name
+
+
+class UnknownAgent(AgentStreamError):
+    """No agent of that name is defined (a 422 that names the ones there are)."""
+
+    status = 422
+    code = "unknown_agent"
+
+    def __init__(self, name: str, known: list[str]) -> None:
+        super().__init__(f"unknown agent {name!r}; this service has: {', '.join(known)}")
+        self.name = name
+        self.known = known

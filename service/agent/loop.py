@@ -81,7 +81,15 @@ class AgentLoop:
         planning: bool = False,
         require_approval: Collection[str] = (),
         context_max_tokens: int = 0,
+        name: str = "default",
+        model: str = "",
+        temperature: float | None = None,
+        max_turns: int | None = None,
     ) -> None:
+        self.name = name
+        self.model = model  # "" : the provider's own
+        self.temperature = temperature
+        self.max_turns = max_turns  # None: the run manager's default
         self.provider = provider
         self.tools = tools
         self.system_prompt = system_prompt
@@ -190,7 +198,11 @@ class AgentLoop:
         """The planning turn: its plan, or the error that ends the query (``query.over``)."""
         plan = Turn()
         request = ModelRequest(
-            messages=for_model(query.messages), system=PLANNING_PROMPT, max_tokens=min(query.max_tokens, 1024)
+            messages=for_model(query.messages),
+            system=PLANNING_PROMPT,
+            max_tokens=min(query.max_tokens, 1024),
+            model=self.model,
+            temperature=self.temperature,
         )
         async for event in self._stream_turn(provider, request, 0, plan, emit=False):
             yield event
@@ -225,6 +237,8 @@ class AgentLoop:
             system=query.system,
             tool_specs=tool_specs,
             max_tokens=query.max_tokens,
+            model=self.model,
+            temperature=self.temperature,
         )
         return window, request, trimmed
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import copy
 import inspect
 import logging
 import re
@@ -182,8 +183,20 @@ class ToolExecutor:
         self.max_result_chars = max_result_chars
         self._tools: dict[str, Tool] = {}
         self._sources: list[ToolSource] = []
+        # A view's filter (see view); None offers every tool.
+        self._allow: Callable[[Tool], bool] | None = None
+        self._owner = True
         for tool in tools:
             self.register(tool)
+
+    def view(self, allow: Callable[[Tool], bool]) -> ToolExecutor:
+        """An executor over the same tools and sources that offers, and runs, only those ``allow``
+        keeps: one agent's tools among the service's. A call of another tool is an unknown
+        tool's error, as if it did not exist. The view owns nothing: starting and closing the
+        tools stays this executor's."""
+        view = copy.copy(self)
+        view._allow, view._owner = allow, False
+        return view
 
     def register(self, tool: Tool) -> None:
         """Add a tool; ValueError if its name is taken or not a valid tool name."""
@@ -206,6 +219,8 @@ class ToolExecutor:
 
     async def start(self) -> None:
         """Let the registered tools get ready (the calculator starts its first worker process)."""
+        if not self._owner:
+            return
         for tool in self._tools.values():
             start = getattr(tool, "start", None)
             if callable(start):
@@ -216,6 +231,8 @@ class ToolExecutor:
 
     async def aclose(self) -> None:
         """Close the registered tools (the calculator's worker processes); sources are their owners'."""
+        if not self._owner:
+            return
         for tool in self._tools.values():
             close = getattr(tool, "aclose", None)
             if callable(close):
@@ -244,6 +261,9 @@ class ToolExecutor:
                 # dropped here; the source itself reports which of its tools it could not offer.
                 if isinstance(name, str) and _TOOL_NAME_RE.match(name) and name not in tools:
                     tools[name] = tool
+        allow = self._allow
+        if allow is not None:
+            return {name: tool for name, tool in tools.items() if allow(tool)}
         return tools
 
     @property

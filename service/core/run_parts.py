@@ -37,6 +37,15 @@ class Agent(Protocol):
         ...
 
 
+class Agents(Protocol):
+    """The agents a run manager serves, by the name a session is bound to."""
+
+    def resolve(self, name: str) -> tuple[Agent, int]:
+        """The agent of that name as it is defined now, and its most turns per query;
+        :class:`~service.errors.UnknownAgent` when none has it."""
+        ...
+
+
 class RunObserver(Protocol):
     """Told what the runs do, for metrics; every call is cheap and synchronous."""
 

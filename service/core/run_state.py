@@ -74,6 +74,8 @@ class Run:
     # The id of its run_started event, and of the first event it logged (a rewind's, if any).
     start_id: int = 0
     first_id: int = 0
+    # The agent it runs with, as defined when it started (a reload changes later queries only).
+    agent: Any = None
 
     async def wait(self) -> None:
         """Return once the run has written its terminal event."""

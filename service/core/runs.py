@@ -38,7 +38,7 @@ from service.core.events import (
 )
 from service.core.log import EventLog
 from service.core.options import RunOptions
-from service.core.run_parts import Agent, NoGate, NoObserver, RunGate, RunObserver
+from service.core.run_parts import Agent, Agents, NoGate, NoObserver, RunGate, RunObserver
 from service.core.run_state import Progress, Run
 from service.core.sessions import (
     IDLE,
@@ -64,8 +64,9 @@ class RunManager:
 
     def __init__(
         self,
-        agent: Agent,
+        agent: Agent | None = None,
         *,
+        agents: Agents | None = None,
         store: SessionStore | None = None,
         observer: RunObserver | None = None,
         gate: RunGate | None = None,
@@ -73,7 +74,9 @@ class RunManager:
         max_concurrent: int = 256,
         approvals: ApprovalDesk | None = None,
     ) -> None:
+        # One agent for every session, or the agents by the name each session is bound to.
         self._agent = agent
+        self._agents = agents
         self.approvals = approvals
         self._store = store
         self._observer = observer or NoObserver()
@@ -115,12 +118,16 @@ class RunManager:
         if len(self._runs) >= self._max_concurrent:
             raise Overloaded(f"{self._max_concurrent} queries are already running")
         options = with_ids(options or RunOptions())
+        agent, agent_turns = (
+            self._agents.resolve(session.agent) if self._agents is not None else (self._agent, None)
+        )
         run = Run(
             id=secrets.token_hex(8),
             session=session,
             message=message,
-            max_turns=max_turns or self._default_max_turns,
+            max_turns=max_turns or agent_turns or self._default_max_turns,
             options=options,
+            agent=agent,
         )
         admitted = self._gate.admit(session.owner)  # may refuse (a quota)
         if admitted is not None:
@@ -430,7 +437,7 @@ class RunManager:
 
             approver: Approver = approve
             extra["approve"] = approver
-        return self._agent.run(  # type: ignore[call-arg]
+        return run.agent.run(  # type: ignore[no-any-return]
             session.messages, run.message, run.max_turns, run.options, **extra
         )
 

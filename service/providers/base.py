@@ -34,6 +34,10 @@ class ModelRequest:
     system: str = ""
     tool_specs: tuple[dict[str, Any], ...] = ()
     max_tokens: int = 4096
+    # The model to ask (the provider's own when empty): agents that share an upstream share its
+    # provider, and with it one connection pool, each naming its own model.
+    model: str = ""
+    temperature: float | None = None
 
 
 @dataclass

@@ -238,10 +238,13 @@ class BedrockProvider:
 
     def request_kwargs(self, request: ModelRequest) -> dict[str, Any]:
         """The arguments of ``converse_stream`` for one turn."""
+        inference: dict[str, Any] = {"maxTokens": request.max_tokens}
+        if request.temperature is not None:
+            inference["temperature"] = request.temperature
         kwargs: dict[str, Any] = {
-            "modelId": self.model_id,
+            "modelId": request.model or self.model_id,
             "messages": alternate_roles(request.messages),
-            "inferenceConfig": {"maxTokens": request.max_tokens},
+            "inferenceConfig": inference,
         }
         if request.system:
             kwargs["system"] = [{"text": request.system}]

@@ -269,13 +269,15 @@ class OpenAIProvider:
     def request_body(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body of ``POST /chat/completions`` for one turn."""
         body: dict[str, Any] = {
-            "model": self.model_id,
+            "model": request.model or self.model_id,
             "messages": to_openai_messages(request.messages, request.system),
             "stream": True,
             # Without this the stream carries no token counts at all.
             "stream_options": {"include_usage": True},
             "max_tokens": request.max_tokens,
         }
+        if request.temperature is not None:
+            body["temperature"] = request.temperature
         if request.tool_specs:
             body["tools"] = to_openai_tools(request.tool_specs)
         return body

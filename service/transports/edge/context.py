@@ -18,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from service.config import Settings
+from service.core.agents import AgentDirectory, OneAgent
 from service.core.multitask import Multitask
 from service.core.options import RunOptions
 from service.core.runs import RunManager
@@ -56,6 +57,8 @@ class Context:
     # The JSON schema of an offered tool's input by its name (None: no such tool), so an
     # approver's edited input is checked before the tool gets it; the app wires the tools'.
     tool_schema: Callable[[str], dict[str, Any] | None] = field(default=lambda name: None)
+    # The agents a session may be made for (see service.core.agents).
+    agents: AgentDirectory = field(default_factory=OneAgent)
     # Messages sent while a query runs (``multitask_strategy``), and this instance's queues.
     multitask: Multitask = field(init=False)
 

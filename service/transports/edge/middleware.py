@@ -24,6 +24,7 @@ from service.errors import (
     SessionNotFound,
     StoreUnavailable,
     StreamLimitReached,
+    UnknownAgent,
 )
 from service.logs import session_id_var
 
@@ -175,6 +176,8 @@ def _error_answer(request: web.Request, exc: Exception) -> web.StreamResponse:
         return error_response(410, str(exc), oldest_id=exc.oldest_id)
     if isinstance(exc, ConversationError):
         return error_response(exc.status, str(exc), code=exc.code)
+    if isinstance(exc, UnknownAgent):
+        return error_response(exc.status, str(exc), code=exc.code, agents=exc.known)
     if isinstance(exc, tuple(_DOMAIN_ERRORS)):
         status, message = _DOMAIN_ERRORS[type(exc)]
         code = _UNAVAILABLE_CODES.get(type(exc))
