@@ -192,6 +192,7 @@ class AgentLoop:
             system="\n\n".join(part for part in (self.system_prompt, options.system) if part),
             max_tokens=min(self.max_tokens, options.max_tokens or self.max_tokens),
             offset=1 if self.planning else 0,  # the plan is step 1 when there is one
+            agent=self.name,
         )
 
     async def _plan(self, provider: ModelProvider, query: Query) -> AsyncIterator[Event]:

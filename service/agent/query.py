@@ -36,6 +36,7 @@ class Query:
     turn: int = 0
     dropped: int = 0  # messages the window left out at the last turn
     over: bool = False  # the planning turn failed: the query has ended
+    agent: str = ""  # the agent's name, told on done
 
     @property
     def client_names(self) -> frozenset[str]:
@@ -67,7 +68,12 @@ class Query:
 
     def done(self, **fields: Any) -> RunDone:
         return RunDone(
-            turns=self.turn, final_step=self.step + 1, tool_calls=self.tool_calls, usage=self.total, **fields
+            turns=self.turn,
+            final_step=self.step + 1,
+            tool_calls=self.tool_calls,
+            usage=self.total,
+            agent=self.agent,
+            **fields,
         )
 
     def completed(self, result: TurnResult) -> TurnCompleted:

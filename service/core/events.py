@@ -210,6 +210,7 @@ class RunDone(_Event):
     truncated: bool = False
     max_turns_reached: bool = False
     cancelled: bool = False
+    agent: str = ""  # the agent that answered (see service.core.agents)
 
 
 class RunError(_Event):

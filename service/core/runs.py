@@ -297,6 +297,7 @@ class RunManager:
             usage=progress.usage,
             stop_reason=CANCELLED,
             cancelled=True,
+            agent=getattr(run.agent, "name", run.session.agent),
         )
 
     def _logged(self, run: Run, events: list[Event]) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from service.config import Settings
-from service.core.agents import AgentDirectory, OneAgent
+from service.core.agents import AgentDirectory, OneAgent, chosen
 from service.core.multitask import Multitask
 from service.core.options import RunOptions
 from service.core.runs import RunManager
@@ -91,10 +91,13 @@ class Context:
         *,
         messages: list[dict[str, Any]] | None = None,
         options: RunOptions | None = None,
+        agent: str | None = None,
     ) -> Session:
         """A short-lived session (``POST /agent/stream``, a WebSocket ``run``, a chat completion)
-        with its query started; ``messages`` is the conversation it starts from, if any."""
-        session = await self.sessions.create(ephemeral=True, owner=owner)
+        with its query started; ``messages`` is the conversation it starts from, if any, and
+        ``agent`` the agent that answers (:class:`~service.errors.UnknownAgent` for one not
+        defined; the default one when None)."""
+        session = await self.sessions.create(ephemeral=True, owner=owner, agent=chosen(self.agents, agent))
         if messages:
             session.messages = messages
         try:

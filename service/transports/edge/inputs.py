@@ -111,6 +111,12 @@ MaxTurns = Annotated[
 ]
 
 
+AgentName = Annotated[
+    str,
+    Field(min_length=1, max_length=64, description="One of `GET /agents`; the default one when left out."),
+]
+
+
 class AgentRequest(BaseModel):
     """Body of ``POST /agent/stream`` and ``POST /agent/run``."""
 
@@ -118,6 +124,15 @@ class AgentRequest(BaseModel):
 
     message: Text
     max_turns: MaxTurns = None
+    agent: AgentName | None = None
+
+
+class SessionRequest(BaseModel):
+    """Body of ``POST /sessions`` (or none)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    agent: AgentName | None = None
 
 
 class TitleRequest(BaseModel):

@@ -14,6 +14,8 @@ from typing import Any
 from aiohttp import web
 
 from service import jsonsafe
+from service.config import Settings
+from service.core.agents import AgentDirectory
 from service.core.events import RunError
 
 PREFIX = "/v1/"
@@ -64,15 +66,27 @@ def openai_error(
     return cls(text=jsonsafe.dumps(error_body(status, message, code, param)), content_type="application/json")
 
 
-def require_model(model: str, served: str) -> None:
-    """A 404 ``model_not_found`` unless ``model`` is the one this service answers as."""
-    if model != served:
-        raise openai_error(
-            404,
-            f"The model `{model}` does not exist; this service answers as `{served}` (see GET /v1/models).",
-            "model_not_found",
-            "model",
-        )
+def served_models(directory: AgentDirectory, settings: Settings) -> list[str]:
+    """The ``model`` ids the OpenAI faces answer to: each agent's name, or, with no agents file,
+    the one ``AGENT_MODEL_ID`` as before agents had names."""
+    if not settings.agents_file:
+        return [settings.model_id]
+    return [info.name for info in directory.agents()]
+
+
+def agent_for_model(directory: AgentDirectory, settings: Settings, model: str) -> str:
+    """The agent a request's ``model`` names; a 404 ``model_not_found`` naming the models there
+    are otherwise."""
+    served = served_models(directory, settings)
+    if model in served:
+        return directory.default if not settings.agents_file else model
+    raise openai_error(
+        404,
+        f"The model `{model}` does not exist; this service answers as {', '.join(f'`{m}`' for m in served)} "
+        "(see GET /v1/models).",
+        "model_not_found",
+        "model",
+    )
 
 
 def require_unicode(data: Any) -> None:

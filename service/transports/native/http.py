@@ -29,7 +29,7 @@ async def agent_run(request: web.Request) -> web.Response:
     context = context_of(request)
     body = await read_json(request, AgentRequest)
     check_length(context.settings, body.message, "message")
-    session = await context.start_ephemeral(body.message, body.max_turns, owner_of(request))
+    session = await context.start_ephemeral(body.message, body.max_turns, owner_of(request), agent=body.agent)
     try:
         text, terminal = await _collect(session)
     finally:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from service import jsonsafe
+from service.core.agents import chosen
 from service.core.durable import DurableSessionStore
 from service.errors import ApprovalError, StoreUnavailable
 from service.transports.edge import actions, approvals
@@ -18,12 +19,12 @@ from service.transports.edge.context import Context, context_of, session_of
 from service.transports.edge.inputs import (
     ApprovalAnswer,
     MessageRequest,
+    SessionRequest,
     TitleRequest,
     ToolResultRequest,
     check_text_param,
     int_param,
     read_json,
-    read_object,
 )
 from service.transports.edge.middleware import json_error
 from service.transports.stream.reading import IndexAhead, poll
@@ -31,11 +32,34 @@ from service.transports.stream.session import pending_approvals, pending_client_
 
 
 async def create_session(request: web.Request) -> web.Response:
-    """``POST /sessions``: a new idle session (the body, if any, must be a JSON object)."""
+    """``POST /sessions``: a new idle session of the agent the body names (the default one
+    without a body or an ``agent``; 422 naming the agents there are for one that is not)."""
     context = context_of(request)
-    await read_object(request, allow_empty=True)
-    session = await context.sessions.create(owner=owner_of(request))
-    return web.json_response({"id": session.id, "status": session.status}, status=201)
+    body = await read_json(request, SessionRequest, allow_empty=True)
+    agent = chosen(context.agents, body.agent)
+    session = await context.sessions.create(owner=owner_of(request), agent=agent)
+    return web.json_response({"id": session.id, "status": session.status, "agent": session.agent}, status=201)
+
+
+async def list_agents(request: web.Request) -> web.Response:
+    """``GET /agents``: the agents a session may be made for, and the default one."""
+    directory = context_of(request).agents
+    return web.json_response(
+        {
+            "agents": [
+                {
+                    "name": info.name,
+                    "description": info.description,
+                    "provider": info.provider,
+                    "model": info.model,
+                    "tools": list(info.tools),
+                    "client_tools": info.client_tools,
+                }
+                for info in directory.agents()
+            ],
+            "default": directory.default,
+        }
+    )
 
 
 LIST_LIMIT = 20
@@ -176,6 +200,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_delete("/sessions/{session_id}", delete_session)
     app.router.add_post("/sessions/{session_id}/messages", post_message)
     app.router.add_post("/sessions/{session_id}/cancel", cancel)
+    app.router.add_get("/agents", list_agents)
     app.router.add_get("/sessions/{session_id}/events/poll", poll_events)
     app.router.add_post("/sessions/{session_id}/approvals/{approval_id}", post_approval)
     app.router.add_post("/sessions/{session_id}/tool-results/{tool_call_id}", post_tool_result)

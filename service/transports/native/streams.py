@@ -49,7 +49,7 @@ async def agent_stream(request: web.Request) -> web.StreamResponse:
     # The stream slot first: a key at its stream quota gets its 429 before any query starts.
     async with context.stream_slot("sse", owner):
         check_length(context.settings, body.message, "message")
-        session = await context.start_ephemeral(body.message, body.max_turns, owner)
+        session = await context.start_ephemeral(body.message, body.max_turns, owner, agent=body.agent)
         try:
             return await serve(
                 request, AgentProjector(), session.log, transport="sse", allow_all_methods=True

@@ -37,12 +37,13 @@ from service.transports.edge.inputs import read_object
 from service.transports.edge.middleware import add_error_shape
 from service.transports.edge.openai_errors import (
     PREFIX,
+    agent_for_model,
     error_body,
     openai_error,
-    require_model,
     require_unicode,
     reshaped,
     run_error_status,
+    served_models,
 )
 from service.transports.openai.models import ChatCompletionRequest, ChatModel
 from service.transports.openai.projector import (
@@ -89,8 +90,11 @@ async def read_request(request: web.Request) -> ChatCompletionRequest:
         ) from None
 
 
-def _model(context: Context) -> ChatModel:
-    return {"id": context.settings.model_id, "object": "model", "created": 0, "owned_by": OWNED_BY}
+def _models(context: Context) -> list[ChatModel]:
+    return [
+        {"id": name, "object": "model", "created": 0, "owned_by": OWNED_BY}
+        for name in served_models(context.agents, context.settings)
+    ]
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -98,7 +102,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     context = context_of(request)
     settings = context.settings
     body = await read_request(request)
-    require_model(body.model, settings.model_id)
+    agent = agent_for_model(context.agents, settings, body.model)
     try:
         query = to_query(body)
     except ConversationError as exc:
@@ -113,14 +117,14 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     owner = owner_of(request)
     projection = ChatProjection(
         f"chatcmpl-{secrets.token_hex(12)}",
-        settings.model_id,
+        body.model,
         int(time.time()),
         query.options.client_tool_names,
     )
 
     async def start() -> Session:
         return await context.start_ephemeral(
-            query.text, None, owner, messages=query.messages, options=query.options
+            query.text, None, owner, messages=query.messages, options=query.options, agent=agent
         )
 
     if body.stream:
@@ -168,18 +172,18 @@ async def _answer(session: Session, projection: ChatProjection) -> RunError | No
 
 
 async def list_models(request: web.Request) -> web.Response:
-    """``GET /v1/models``: the one model this service answers as (``AGENT_MODEL_ID``)."""
-    return web.json_response({"object": "list", "data": [_model(context_of(request))]})
+    """``GET /v1/models``: the agents, by name (without an agents file, ``AGENT_MODEL_ID``)."""
+    return web.json_response({"object": "list", "data": _models(context_of(request))})
 
 
 async def get_model(request: web.Request) -> web.Response:
     """``GET /v1/models/{model}``: that model, or 404 ``model_not_found``."""
-    model = _model(context_of(request))
-    if request.match_info["model"] != model["id"]:
-        raise openai_error(
-            404, f"The model `{request.match_info['model']}` does not exist.", "model_not_found", "model"
-        )
-    return web.json_response(model)
+    for model in _models(context_of(request)):
+        if model["id"] == request.match_info["model"]:
+            return web.json_response(model)
+    raise openai_error(
+        404, f"The model `{request.match_info['model']}` does not exist.", "model_not_found", "model"
+    )
 
 
 def add_routes(app: web.Application) -> None:

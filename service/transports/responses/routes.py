@@ -36,6 +36,7 @@ from pydantic_core import ErrorDetails
 
 from service import jsonsafe
 from service.core import conversation
+from service.core.agents import info_of
 from service.core.events import RunError, RunStarted
 from service.core.log import LogEntry
 from service.core.options import RunOptions
@@ -48,9 +49,9 @@ from service.transports.edge.inputs import read_object
 from service.transports.edge.middleware import add_error_shape
 from service.transports.edge.openai_errors import (
     PREFIX,
+    agent_for_model,
     error_body,
     openai_error,
-    require_model,
     require_unicode,
     reshaped,
     run_error_status,
@@ -270,7 +271,7 @@ def _echo(context: Context, body: ResponseRequest, query: Query, store: bool) ->
     """What the response shows of its request, from any instance (``run_started.request``)."""
     choice = body.tool_choice
     return {
-        "model": context.settings.model_id,
+        "model": body.model,
         "instructions": body.instructions,
         "tools": list(query.tools),
         "tool_choice": choice.model_dump() if choice is not None and not isinstance(choice, str) else choice,
@@ -287,13 +288,21 @@ async def create(request: web.Request) -> web.StreamResponse:
     context = context_of(request)
     settings = context.settings
     body = await read_request(request)
-    require_model(body.model, settings.model_id)
+    agent = agent_for_model(context.agents, settings, body.model)
     store = body.store is not False
     if body.background and not store:
         raise openai_error(
             400, "background responses must be stored (store: true)", "invalid_value", "background"
         )
     session = await _continued(context, request, body)
+    if session is not None and info_of(context.agents, session.agent) != info_of(context.agents, agent):
+        raise openai_error(
+            400,
+            f"the conversation of previous_response_id is with the agent `{session.agent}`: a conversation "
+            "keeps its agent, so continue it with that model",
+            "invalid_value",
+            "model",
+        )
     answers = await _answers(context, request, body)
     try:
         query = to_query(body, _pending(session.messages) if session is not None else None, answers)
@@ -311,7 +320,7 @@ async def create(request: web.Request) -> web.StreamResponse:
     slot = context.stream_slot(TRANSPORT, owner) if body.stream else contextlib.nullcontext()
     async with (
         slot,
-        _started_run(context, request, body, query, session, store) as (session, run, response_id),
+        _started_run(context, request, body, query, session, store, agent) as (session, run, response_id),
     ):
         projection = ResponseProjection(response_id, session.id)
         after = run.first_id - 1
@@ -326,7 +335,7 @@ async def create(request: web.Request) -> web.StreamResponse:
             )
         if body.background:
             started = Found(response_id, session, await _first(session, after))
-            return _json(await snapshot(started, settings.model_id))
+            return _json(await snapshot(started, body.model))
         failure = await _fold(session, after, projection)
         if failure is not None:
             status = run_error_status(failure)
@@ -348,6 +357,7 @@ async def _started_run(
     query: Query,
     session: Session | None,
     store: bool,
+    agent: str,
 ) -> AsyncIterator[tuple[Session, Run, str]]:
     """The query started (in a new session unless it continues one), and, when the request
     ends, what becomes of it: a response not ``background`` is cancelled if its client left
@@ -355,7 +365,7 @@ async def _started_run(
     owner = owner_of(request)
     made = session is None
     if session is None:
-        session = await context.sessions.create(ephemeral=not store, owner=owner)
+        session = await context.sessions.create(ephemeral=not store, owner=owner, agent=agent)
     response_id = new_response_id(session.id)
     options = RunOptions(
         client_tools=query.client_tools,
@@ -407,6 +417,14 @@ async def _fold(session: Session, after: int, projection: ResponseProjection) ->
     return ending.as_error() if ending is not None else RunError(error="the run ended without a result")
 
 
+def _model_of(context: Context, session: Session) -> str:
+    """The ``model`` a response of the session is told under when its request is not known."""
+    if not context.settings.agents_file:
+        return context.settings.model_id
+    info = info_of(context.agents, session.agent)
+    return info.name if info is not None else session.agent
+
+
 def _json(reply: dict[str, Any], status: int = 200) -> web.Response:
     return web.json_response(reply, status=status, dumps=jsonsafe.dumps)
 
@@ -440,7 +458,7 @@ async def retrieve(request: web.Request) -> web.StreamResponse:
     after = _starting_after(request) if stream == "true" else -1
     found = await find(context, request, request.match_info["response_id"])
     if stream == "false":
-        return _json(await snapshot(found, context.settings.model_id))
+        return _json(await snapshot(found, _model_of(context, found.session)))
     if found.start is None:
         raise openai_error(
             400,
@@ -467,7 +485,7 @@ async def cancel(request: web.Request) -> web.Response:
         started = found.start.event
         assert isinstance(started, RunStarted)
         await _cancel(context, found.session, started.run_id)
-    return _json(await snapshot(found, context.settings.model_id))
+    return _json(await snapshot(found, _model_of(context, found.session)))
 
 
 async def delete(request: web.Request) -> web.Response:

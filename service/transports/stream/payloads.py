@@ -54,6 +54,7 @@ class EndFields(TypedDict):
     truncated: NotRequired[bool]
     max_turns_reached: NotRequired[bool]
     cancelled: NotRequired[bool]
+    agent: NotRequired[Annotated[str, Field(description="The agent that answered (`GET /agents`).")]]
 
 
 # The session dialect (GET /sessions/{id}/events, polling, WebSocket).

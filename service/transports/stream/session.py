@@ -73,6 +73,8 @@ def flag(payload: payloads.EndFields, event: RunDone) -> None:
         payload["max_turns_reached"] = True
     if event.cancelled:
         payload["cancelled"] = True
+    if event.agent:
+        payload["agent"] = event.agent
 
 
 def tool_call(call: ToolCall, *, result: bool = True) -> payloads.ToolCall:
