@@ -45,7 +45,16 @@ from service.core.events import (
 )
 from service.core.log import LogEntry
 from service.core.records import Page, RunEnd, SessionRecord, SessionRecords
-from service.core.sessions import IDLE, RUNNING, Answer, Request, Session, SessionStore, append_unless_closed
+from service.core.sessions import (
+    DEFAULT_AGENT,
+    IDLE,
+    RUNNING,
+    Answer,
+    Request,
+    Session,
+    SessionStore,
+    append_unless_closed,
+)
 from service.errors import DatabaseUnavailable, SessionNotFound, StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -101,12 +110,17 @@ class DurableSessionStore(SessionStore):
     # -- the SessionStore interface ----------------------------------------------------------
 
     async def create(
-        self, *, ephemeral: bool = False, owner: str = "", session_id: str | None = None
+        self,
+        *,
+        ephemeral: bool = False,
+        owner: str = "",
+        session_id: str | None = None,
+        agent: str = DEFAULT_AGENT,
     ) -> Session:
-        session = await self.live.create(ephemeral=ephemeral, owner=owner, session_id=session_id)
+        session = await self.live.create(ephemeral=ephemeral, owner=owner, session_id=session_id, agent=agent)
         if not ephemeral:
             try:
-                await self.records.created(session.id, owner, self.clock())
+                await self.records.created(session.id, owner, self.clock(), agent)
             except BaseException:
                 await self.live.delete(session.id)
                 raise

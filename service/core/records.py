@@ -7,7 +7,7 @@ starts and when it ends, never per token, so a crash loses at most the query in 
 
 Contract of every implementation (:mod:`service.db` with SQLAlchemy is the one the app uses):
 
-- ``created`` stores a new, idle session; ``run_started`` marks it running (the run's id, the
+- ``created`` stores a new, idle session, bound to its agent for life; ``run_started`` marks it running (the run's id, the
   title from the first message when it has none) and reserves the event ids up to
   ``ids_reserved_until`` for the run; ``reserve_ids`` moves that reservation further (a run that
   reached it); ``run_finished`` stores the messages not yet stored (each with the run's id; with
@@ -28,6 +28,9 @@ from typing import Any
 from service.core.events import Usage
 
 TITLE_CHARS = 80
+# The agent of a session made without naming one, and of every session made before agents had
+# names (kept here, where the record needs it, for service.core.sessions imports the record).
+DEFAULT_AGENT = "default"
 
 
 def title_of(message: str) -> str:
@@ -52,6 +55,7 @@ class SessionRecord:
     ids_reserved_until: int = 0
     run_id: str = ""
     messages: list[dict[str, Any]] = field(default_factory=list)
+    agent: str = DEFAULT_AGENT
 
     @property
     def resume_after(self) -> int:
@@ -69,6 +73,7 @@ class SessionRecord:
             "status": self.status,
             "usage": self.usage.model_dump(),
             "last_event_id": self.last_event_id,
+            "agent": self.agent,
         }
 
 
@@ -101,7 +106,7 @@ class SessionRecords(abc.ABC):
         """Release the connections."""
 
     @abc.abstractmethod
-    async def created(self, session_id: str, owner: str, now: float) -> None: ...
+    async def created(self, session_id: str, owner: str, now: float, agent: str = DEFAULT_AGENT) -> None: ...
 
     @abc.abstractmethod
     async def run_started(

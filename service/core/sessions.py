@@ -29,11 +29,9 @@ from service.core.events import (
     Usage,
 )
 from service.core.log import EventLog, LogEntry, MemoryEventLog
-from service.core.records import SessionRecord
+from service.core.records import DEFAULT_AGENT, SessionRecord
 from service.errors import QuotaExceeded, SessionExists, SessionLimitReached, SessionNotFound
 
-# The agent of a session made without naming one, and of every session made before agents had names.
-DEFAULT_AGENT = "default"
 IDLE = "idle"
 RUNNING = "running"
 WAITING = "waiting"  # the query waits for a person to approve a tool call
@@ -190,10 +188,16 @@ class SessionStore(abc.ABC):
 
     @abc.abstractmethod
     async def create(
-        self, *, ephemeral: bool = False, owner: str = "", session_id: str | None = None
+        self,
+        *,
+        ephemeral: bool = False,
+        owner: str = "",
+        session_id: str | None = None,
+        agent: str = DEFAULT_AGENT,
     ) -> Session:
-        """Make a new, idle session belonging to ``owner``, with a new id or ``session_id`` (a
-        client's choice, see :func:`valid_client_id`); :class:`SessionExists` if that one is taken."""
+        """Make a new, idle session belonging to ``owner`` and bound to ``agent``, with a new id
+        or ``session_id`` (a client's choice, see :func:`valid_client_id`); :class:`SessionExists`
+        if that one is taken."""
 
     @abc.abstractmethod
     async def get(self, session_id: str) -> Session:
@@ -215,8 +219,9 @@ class SessionStore(abc.ABC):
                 return session
         raise SessionNotFound(session_id)
 
-    async def open(self, session_id: str, owner: str) -> Session:
-        """``owner``'s session of that (client-chosen) id, made on first use.
+    async def open(self, session_id: str, owner: str, agent: str = DEFAULT_AGENT) -> Session:
+        """``owner``'s session of that (client-chosen) id, made on first use (bound to ``agent``;
+        a session that exists keeps the agent it was made for).
 
         Client-chosen ids are per owner: when another owner holds the id, ``owner`` gets a
         session of its own under :func:`scoped_id`, so nobody can take an id before its owner
@@ -228,7 +233,7 @@ class SessionStore(abc.ABC):
         except SessionNotFound:
             pass
         try:
-            return await self.create(owner=owner, session_id=session_id)
+            return await self.create(owner=owner, session_id=session_id, agent=agent)
         except SessionExists:
             pass
         try:
@@ -238,7 +243,7 @@ class SessionStore(abc.ABC):
                 raise  # held by a key's owner while keys were on: not the anonymous caller's
         scoped = scoped_id(session_id, owner)
         try:
-            return await self.create(owner=owner, session_id=scoped)
+            return await self.create(owner=owner, session_id=scoped, agent=agent)
         except SessionExists:
             return await self.get_owned(scoped, owner)
 
@@ -338,7 +343,12 @@ class MemorySessionStore(SessionStore):
         self.ttl_s = ttl_s
 
     async def create(
-        self, *, ephemeral: bool = False, owner: str = "", session_id: str | None = None
+        self,
+        *,
+        ephemeral: bool = False,
+        owner: str = "",
+        session_id: str | None = None,
+        agent: str = DEFAULT_AGENT,
     ) -> Session:
         if session_id is not None and session_id in self._sessions:
             raise SessionExists(session_id)
@@ -352,7 +362,11 @@ class MemorySessionStore(SessionStore):
             if self._owned[owner] >= limit:
                 raise session_quota_exceeded(limit)
         session = Session(
-            id=session_id or new_session_id(), log=self._log_factory(), ephemeral=ephemeral, owner=owner
+            id=session_id or new_session_id(),
+            log=self._log_factory(),
+            ephemeral=ephemeral,
+            owner=owner,
+            agent=agent,
         )
         self._sessions[session.id] = session
         if not ephemeral:
@@ -372,6 +386,7 @@ class MemorySessionStore(SessionStore):
             owner=record.owner,
             usage=record.usage,
             created_at=record.created_at,
+            agent=record.agent,
         )
         self._sessions[session.id] = session
         self._owned[session.owner] += 1

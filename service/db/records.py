@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from service.core.events import Usage
-from service.core.records import Page, RunEnd, SessionRecord, SessionRecords, title_of
+from service.core.records import DEFAULT_AGENT, Page, RunEnd, SessionRecord, SessionRecords, title_of
 from service.core.sessions import valid_session_id
 from service.db import migrate, tables
 from service.db.tables import runs, sessions
@@ -73,6 +73,7 @@ def _record(row: Any) -> SessionRecord:
         last_event_id=row.last_event_id,
         ids_reserved_until=row.ids_reserved_until,
         run_id=row.run_id,
+        agent=row.agent,
     )
 
 
@@ -204,12 +205,12 @@ class SqlRecords(SessionRecords):
         return _Transaction(self.engine)
 
     @_bounded
-    async def created(self, session_id: str, owner: str, now: float) -> None:
+    async def created(self, session_id: str, owner: str, now: float, agent: str = DEFAULT_AGENT) -> None:
         try:
             async with self._begin() as conn:
                 await conn.execute(
                     sessions.insert().values(
-                        id=session_id, owner=owner, created_at=now, updated_at=now, status=IDLE
+                        id=session_id, owner=owner, created_at=now, updated_at=now, status=IDLE, agent=agent
                     )
                 )
         except sa.exc.IntegrityError:

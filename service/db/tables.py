@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from service.core.records import DEFAULT_AGENT
+
 metadata = sa.MetaData()
 # The longest session id a client may choose (service.core.sessions.CLIENT_ID).
 SESSION_ID_CHARS = 128
+# The longest agent name a session can be bound to.
+AGENT_CHARS = 64
 
 sessions = sa.Table(
     "sessions",
@@ -28,6 +32,7 @@ sessions = sa.Table(
     sa.Column("total_tokens", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("last_event_id", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("ids_reserved_until", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("agent", sa.String(AGENT_CHARS), nullable=False, server_default=DEFAULT_AGENT),
     sa.Index("ix_sessions_owner_updated", "owner", "updated_at", "id"),
     sa.Index("ix_sessions_updated", "updated_at"),
 )

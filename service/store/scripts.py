@@ -107,7 +107,7 @@ return id
 )
 
 # KEYS meta, zset, owner_set   ARGV sid, owner, created, ttl_ms, now_ms, max_sessions, max_per_owner,
-# meta_prefix. The owner's set names its sessions; one whose meta key is gone (deleted, expired)
+# meta_prefix, agent. The owner's set names its sessions; one whose meta key is gone (deleted, expired)
 # is dropped from it here, so it needs no upkeep elsewhere.
 CREATE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return redis.error_reply('EXISTS') end
@@ -122,20 +122,21 @@ if per_owner > 0 then
   redis.call('ZADD', KEYS[3], tonumber(ARGV[5]), ARGV[1])
 end
 redis.call('HSET', KEYS[1], 'owner', ARGV[2], 'created', ARGV[3], 'status', 'idle', 'messages', '[]',
-  'usage', '{}', 'last_id', 0, 'bytes', 0, 'run_id', '', 'run_msg', '', 'run_start', 0)
+  'usage', '{}', 'last_id', 0, 'bytes', 0, 'run_id', '', 'run_msg', '', 'run_start', 0, 'agent', ARGV[9])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 redis.call('ZADD', KEYS[2], tonumber(ARGV[5]) + tonumber(ARGV[4]), ARGV[1])
 return 1
 """
 
-# KEYS meta, log, zset   ARGV sid, owner, created, ttl_ms, now_ms, messages, usage, last_id
+# KEYS meta, log, zset   ARGV sid, owner, created, ttl_ms, now_ms, messages, usage, last_id, agent
 # Holds again a session loaded from the database, its log continuing after the stored last id;
 # 0 when it is held already (another instance restored it first).
 RESTORE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('DEL', KEYS[2])
 redis.call('HSET', KEYS[1], 'owner', ARGV[2], 'created', ARGV[3], 'status', 'idle', 'messages', ARGV[6],
-  'usage', ARGV[7], 'last_id', ARGV[8], 'bytes', 0, 'run_id', '', 'run_msg', '', 'run_start', 0)
+  'usage', ARGV[7], 'last_id', ARGV[8], 'bytes', 0, 'run_id', '', 'run_msg', '', 'run_start', 0,
+  'agent', ARGV[9])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 redis.call('ZADD', KEYS[3], tonumber(ARGV[5]) + tonumber(ARGV[4]), ARGV[1])
 return 1

@@ -16,6 +16,7 @@ from service.core.events import EVENT_ADAPTER, Event, StatusChange, Usage, is_te
 from service.core.log import LogEntry, entry_bytes
 from service.core.records import SessionRecord
 from service.core.sessions import (
+    DEFAULT_AGENT,
     IDLE,
     PENDING,
     RUNNING,
@@ -60,10 +61,15 @@ class RedisSessionStore(SessionStore):
         return session.ephemeral
 
     async def create(
-        self, *, ephemeral: bool = False, owner: str = "", session_id: str | None = None
+        self,
+        *,
+        ephemeral: bool = False,
+        owner: str = "",
+        session_id: str | None = None,
+        agent: str = DEFAULT_AGENT,
     ) -> Session:
         if ephemeral:
-            return await self.local.create(ephemeral=True, owner=owner, session_id=session_id)
+            return await self.local.create(ephemeral=True, owner=owner, session_id=session_id, agent=agent)
         backend = self.backend
         session_id = session_id or new_session_id()
         created = time.time()
@@ -80,6 +86,7 @@ class RedisSessionStore(SessionStore):
                         backend.max_sessions,
                         self.max_per_owner,
                         backend.meta_key(""),
+                        agent,
                     ],
                 )
         except ResponseError as exc:
@@ -90,7 +97,13 @@ class RedisSessionStore(SessionStore):
             if "EXISTS" in str(exc):
                 raise SessionExists(session_id) from None
             raise
-        return Session(id=session_id, log=RedisEventLog(backend, session_id), owner=owner, created_at=created)
+        return Session(
+            id=session_id,
+            log=RedisEventLog(backend, session_id),
+            owner=owner,
+            created_at=created,
+            agent=agent,
+        )
 
     async def get(self, session_id: str) -> Session:
         with contextlib.suppress(SessionNotFound):
@@ -126,6 +139,8 @@ class RedisSessionStore(SessionStore):
             run_start_id=int(fields.get("run_start") or 0),
             approvals=approvals,
             approval_requests=dict(sorted(requests.items(), key=lambda item: item[1].expires_at)),
+            # A session made before agents had names has no such field: it was the one agent's.
+            agent=fields.get("agent") or DEFAULT_AGENT,
         )
 
     async def restore(self, record: SessionRecord) -> tuple[Session, bool]:
@@ -143,6 +158,7 @@ class RedisSessionStore(SessionStore):
                     json.dumps(record.messages, separators=(",", ":"), allow_nan=False),
                     record.usage.model_dump_json(),
                     record.resume_after,
+                    record.agent,
                 ],
             )
         return await self.get(record.id), bool(fresh)

@@ -94,6 +94,9 @@ class Session(TypedDict):
     ]
     usage: Usage
     last_event_id: Count
+    agent: Annotated[
+        str, Field(description="The agent the session was made for; it answers every query in it.")
+    ]
     title: NotRequired[Annotated[str, Field(description="With the session database: its title.")]]
     created_at: NotRequired[Annotated[float, Field(description="With the database: made at (epoch s).")]]
     updated_at: NotRequired[Annotated[float, Field(description="With the database: last updated (epoch s).")]]
@@ -117,6 +120,7 @@ class SessionSummary(TypedDict):
     status: Status
     usage: Usage
     last_event_id: Count
+    agent: Annotated[str, Field(description="The agent the session was made for.")]
 
 
 class SessionList(TypedDict):

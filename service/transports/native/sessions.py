@@ -100,6 +100,7 @@ async def get_session(request: web.Request) -> web.Response:
         "messages": jsonsafe.jsonable(session.messages),
         "usage": usage_dict(session.usage),
         "last_event_id": await session.log.last_id(),
+        "agent": session.agent,
         "pending_approvals": pending_approvals(session),
         "pending_tool_calls": pending_client_tools(session),
     }
