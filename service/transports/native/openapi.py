@@ -10,6 +10,7 @@ from service.transports.edge.inputs import (
     AgentRequest,
     ApprovalAnswer,
     MessageRequest,
+    SessionRequest,
     TitleRequest,
     ToolResultRequest,
 )
@@ -85,8 +86,18 @@ def _agent_paths(settings: Settings, parts: Parts) -> dict[str, Any]:
 
 
 def _session_paths(settings: Settings, parts: Parts) -> dict[str, Any]:
-    """The session routes over JSON: list, create, read, rename, delete."""
+    """The session routes over JSON: list, create, read, rename, delete; and the agents."""
     return {
+        "/agents": {
+            "get": {
+                "operationId": "listAgents",
+                "summary": "The agents a session may be made for (`AGENT_AGENTS_FILE`)",
+                "responses": {
+                    "200": json_reply("Every agent, and the default one.", "AgentList"),
+                    **parts.common,
+                },
+            }
+        },
         "/sessions": {
             "get": {
                 "operationId": "listSessions",
@@ -116,11 +127,14 @@ def _session_paths(settings: Settings, parts: Parts) -> dict[str, Any]:
             "post": {
                 "operationId": "createSession",
                 "summary": "Create a session",
-                "requestBody": _body(ref("CreateSessionRequest"), required=False),
+                "requestBody": _body(ref("SessionRequest"), required=False),
                 "responses": {
                     "201": json_reply("The new, idle session.", "SessionCreated"),
                     **refs("BadRequest", "TooLarge"),
-                    "422": error("The body is JSON but not an object."),
+                    "422": error(
+                        "The body is JSON but not an object, or names an agent that is not defined "
+                        "(`code: unknown_agent`, `agents` lists them)."
+                    ),
                     **parts.common,
                     **refs("Unavailable"),
                 },
@@ -538,6 +552,8 @@ NAMED: tuple[Any, ...] = (
     replies.AgentRunResult,
     replies.AgentRunFailure,
     replies.SessionCreated,
+    SessionRequest,
+    replies.AgentList,
     replies.Session,
     replies.SessionList,
     replies.SessionRenamed,
@@ -577,11 +593,6 @@ def _tighten(schemas: dict[str, Any], settings: Settings) -> None:
     _max_turns(schemas["AgentRequest"])
     _text_field(schemas["MessageRequest"], "content", settings)
     _max_turns(schemas["MessageRequest"])
-    # The handler reads no field of it yet: there is no model to generate it from.
-    schemas["CreateSessionRequest"] = {
-        "type": "object",
-        "description": "No fields are read yet; an empty body is fine too.",
-    }
 
 
 def _paths(settings: Settings, parts: Parts) -> dict[str, Any]:

@@ -77,10 +77,29 @@ class AgentRunFailure(TypedDict):
 
 
 class SessionCreated(TypedDict):
-    """A new, idle session."""
+    """A new, idle session, and the agent it was made for."""
 
     id: str
     status: Status
+    agent: str
+
+
+class AgentDescription(TypedDict):
+    """One of the agents a session may be made for."""
+
+    name: str
+    description: str
+    provider: str
+    model: str
+    tools: list[str]
+    client_tools: bool
+
+
+class AgentList(TypedDict):
+    """``GET /agents``: every agent, and the one a session gets when it names none."""
+
+    agents: list[AgentDescription]
+    default: str
 
 
 class Session(TypedDict):
