@@ -47,6 +47,7 @@ async def test_session_routes(client: TestClient) -> None:
         "messages": [],
         "usage": body["usage"],
         "last_event_id": 0,
+        "agent": "default",
         "pending_approvals": [],
         "pending_tool_calls": [],
         "agent": "default",
