@@ -4,6 +4,7 @@ read back after a restart, in the list and in ``GET /sessions/{id}``; queries le
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import sqlalchemy as sa
 
@@ -13,10 +14,21 @@ from tests.conftest import ClientFactory, services_of
 from tests.db.helpers import ask, new_session, session_body
 
 
+AGENTS = """
+[agents.default]
+[agents.support]
+system_prompt = "You help with orders."
+[agents.research]
+tools = []
+"""
+
+
 async def test_the_agent_survives_a_restart_and_is_listed(
-    make_client: ClientFactory, database_url: str
+    make_client: ClientFactory, database_url: str, tmp_path: Path
 ) -> None:
-    first = await make_client(database_url=database_url)
+    agents = tmp_path / "agents.toml"
+    agents.write_text(AGENTS)
+    first = await make_client(database_url=database_url, agents_file=str(agents))
     store = services_of(first).sessions
     support = await store.create(agent="support")
     research = await store.open("chat-3", "", agent="research")
@@ -24,7 +36,7 @@ async def test_the_agent_survives_a_restart_and_is_listed(
     await ask(first, support.id, "Hello")
     assert (await session_body(first, support.id))["agent"] == "support"
 
-    again = await make_client(database_url=database_url)  # from the record alone
+    again = await make_client(database_url=database_url, agents_file=str(agents))  # from the record alone
     assert (await session_body(again, support.id))["agent"] == "support"
     assert (await session_body(again, research.id))["agent"] == "research"
     assert (await session_body(again, plain))["agent"] == DEFAULT_AGENT
