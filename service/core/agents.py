@@ -56,9 +56,10 @@ class OneAgent:
 
 
 def chosen(directory: AgentDirectory, name: str | None) -> str:
-    """The agent a new session is made for: ``name``, or the default one; :class:`UnknownAgent`
-    naming the known ones for a name that is not defined."""
-    if name is None or name == "":
+    """The agent a new session is made for: ``name``, or the default one (also for ``default``,
+    whatever the default agent is called); :class:`UnknownAgent` naming the known ones for a
+    name that is not defined."""
+    if name is None or name == "" or name == DEFAULT_AGENT:
         return directory.default
     known = [info.name for info in directory.agents()]
     if name not in known:
