@@ -161,6 +161,8 @@ def _resolved(name: str, spec: AgentSpec, settings: Settings) -> Definition:
 
 
 def _where(loc: tuple[int | str, ...]) -> str:
+    if len(loc) == 3 and loc[0] == "agents" and loc[2] == "[key]":
+        return f"agent name {loc[1]!r}"  # pydantic's place for a dict key that does not validate
     if len(loc) >= 2 and loc[0] == "agents":
         rest = ".".join(str(part) for part in loc[2:]) or "(the table)"
         return f"agent {loc[1]!r}, field {rest!r}"
