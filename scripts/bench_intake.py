@@ -4,6 +4,7 @@
     python scripts/bench_intake.py --baseline main --rounds 2
     python scripts/bench_intake.py --runs 500 --tokens 50
     python scripts/bench_intake.py --decode-only --rounds 5
+    python scripts/bench_intake.py --agents 2 --rounds 2     # one agent against two on one upstream
 
 The emulator and the service run as in scripts/bench_concurrency.py (``AGENT_PROVIDER=bedrock``,
 botocore's ``AWS_ENDPOINT_URL_BEDROCK_RUNTIME`` pointing at the emulator). N runs go through
@@ -18,6 +19,14 @@ medians is given: a CPU-per-token ratio measured in one run, on the same machine
 the same N concurrent ConverseStreams read by aiobotocore's own EventStream and by the provider's
 batched decoder (``service/providers/bedrock_events.py``), alternating, and this process's CPU per
 token for each. No service, no transports: the difference is the reader.
+
+``--agents N`` runs this tree twice each round: as one agent (the environment's), and with an
+``AGENT_AGENTS_FILE`` of N agents on the same upstream (the emulator, as Bedrock; each its own
+model name and prompt), the runs spread over them in turn. Named agents share one provider per
+upstream, so the two should hold as many upstream connections and threads; both are reported: the
+most threads seen, and the most established TCP connections from the service to the emulator's
+port seen, each sampled every 50 ms under the load; and the connections kept once every agent
+was warmed in turn with the whole concurrency (a pool per agent would keep N times as many).
 """
 
 from __future__ import annotations
@@ -35,7 +44,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import ROOT  # noqa: E402
 from benchlib.api import client_session  # noqa: E402
-from benchlib.procs import cpu_seconds, free_port, process, wait_until_up  # noqa: E402
+from benchlib.procs import connections_to, cpu_seconds, free_port, process, wait_until_up  # noqa: E402
 from benchlib.stack import ServiceStack, baseline_tree  # noqa: E402
 from benchlib.streams import AgentRun, agent_stream  # noqa: E402
 
@@ -51,31 +60,58 @@ def threads_of(pid: int) -> int:
     raise RuntimeError("no Threads line")
 
 
-async def sample_threads(pid: int, seen: list[int]) -> None:
-    """Append the thread count of ``pid`` every 50 ms until cancelled."""
+async def sample_threads(pid: int, seen: list[int], upstream: tuple[int, list[int]]) -> None:
+    """Append the thread count of ``pid``, and its connections to the upstream port, every 50 ms
+    until cancelled."""
+    port, connections = upstream
     while True:
         seen.append(threads_of(pid))
+        connections.append(connections_to(pid, port))
         await asyncio.sleep(0.05)
 
 
-async def one_tree(args: argparse.Namespace, source: Path, logs: Path) -> dict[str, object]:
-    """The scenario against the service from ``source``; its output goes under ``logs``."""
+def agents_file(logs: Path, count: int) -> Path:
+    """An agents file of ``count`` agents on one upstream: the environment's Bedrock endpoint,
+    each with a model name and a prompt of its own."""
+    path = logs / f"agents-{count}.toml"
+    tables = [
+        f'[agents.agent{n}]\nprovider = "bedrock"\nmodel = "bench-model-{n}"\n'
+        f'system_prompt = "You are agent {n}."\n'
+        for n in range(1, count + 1)
+    ]
+    path.write_text("\n".join(tables), encoding="utf-8")
+    return path
+
+
+async def one_tree(args: argparse.Namespace, source: Path, logs: Path, agents: int = 0) -> dict[str, object]:
+    """The scenario against the service from ``source``; its output goes under ``logs``. With
+    ``agents``, an agents file of that many agents on the one upstream, the runs spread over them."""
     env = {"AGENT_PROVIDER": "bedrock", "AGENT_MAX_CONCURRENT_RUNS": str(max(256, args.runs))}
+    names: list[str | None] = [None]
+    if agents:
+        env["AGENT_AGENTS_FILE"] = str(agents_file(logs, agents))
+        names = [f"agent{n}" for n in range(1, agents + 1)]
     emulator_args = ["--ttft-ms", str(args.ttft_ms), "--tokens-per-second", str(args.tps)]
     async with ServiceStack(env, source=source, emulator_args=emulator_args, logs=logs) as stack:
         async with client_session(total=600) as http:
 
-            async def run(message: str) -> AgentRun:
-                return await agent_stream(http, stack.url, AgentRun(message))
+            async def run(message: str, n: int) -> AgentRun:
+                return await agent_stream(http, stack.url, AgentRun(message, agent=names[n % len(names)]))
 
-            # Warm the connection pool and the code paths, as a running service has them.
-            await asyncio.gather(*(run(f"warm {n} [emu:tokens=5]") for n in range(min(args.runs, 200))))
+            # Warm the connection pool and the code paths, as a running service has them; one
+            # agent after the other, each with the whole concurrency, so that a pool per agent
+            # (rather than per upstream) would show as that many more connections kept.
+            for agent in range(len(names)):
+                warm = min(args.runs, 200)
+                await asyncio.gather(*(run(f"warm {n} [emu:tokens=5]", agent) for n in range(warm)))
             idle_threads = threads_of(stack.pid)
+            idle_connections = connections_to(stack.pid, stack.emulator_port)
             seen: list[int] = []
-            sampler = asyncio.create_task(sample_threads(stack.pid, seen))
+            connections: list[int] = []
+            sampler = asyncio.create_task(sample_threads(stack.pid, seen, (stack.emulator_port, connections)))
             cpu_before = cpu_seconds(stack.pid)
             runs = await asyncio.gather(
-                *(run(f"load {n} [emu:tokens={args.tokens}]") for n in range(args.runs))
+                *(run(f"load {n} [emu:tokens={args.tokens}]", n) for n in range(args.runs))
             )
             cpu = cpu_seconds(stack.pid) - cpu_before
             sampler.cancel()
@@ -85,6 +121,8 @@ async def one_tree(args: argparse.Namespace, source: Path, logs: Path) -> dict[s
         "all_done": all(r.ok for r in runs),
         "threads_idle": idle_threads,
         "threads_max_under_load": max(seen),
+        "upstream_connections_idle": idle_connections,
+        "upstream_connections_max": max(connections),
         "service_cpu_s": round(cpu, 3),
         "tokens": tokens,
         "cpu_us_per_token": round(cpu / max(tokens, 1) * 1e6, 1),
@@ -97,10 +135,15 @@ async def compare(args: argparse.Namespace) -> dict[str, object]:
         logs = Path(trees.enter_context(tempfile.TemporaryDirectory(prefix="bench-intake-")))
         sources = {ref: trees.enter_context(baseline_tree(ref)) for ref in args.baseline}
         sources["current"] = ROOT
-        results: dict[str, list[dict[str, object]]] = {name: [] for name in sources}
+        # (tree, agents): the baselines and this tree as they always ran; with --agents, this
+        # tree again with the agents file.
+        scenarios = {name: (source, 0) for name, source in sources.items()}
+        if args.agents:
+            scenarios[f"current, {args.agents} agents"] = (ROOT, args.agents)
+        results: dict[str, list[dict[str, object]]] = {name: [] for name in scenarios}
         for _ in range(args.rounds):
-            for name, source in sources.items():
-                results[name].append(await one_tree(args, source, logs))
+            for name, (source, agents) in scenarios.items():
+                results[name].append(await one_tree(args, source, logs, agents))
     medians = {
         name: statistics.median(float(r["cpu_us_per_token"]) for r in rounds)  # type: ignore[arg-type]
         for name, rounds in results.items()
@@ -179,7 +222,9 @@ def report(summary: dict[str, object]) -> None:
     for name, rounds in summary["results"].items():  # type: ignore[attr-defined]
         for r in rounds:
             print(
-                f"  {name:10} threads {r['threads_idle']} idle, {r['threads_max_under_load']} max under load; "
+                f"  {name:10} threads {r['threads_idle']} idle, {r['threads_max_under_load']} max under load, "
+                f"upstream connections {r['upstream_connections_idle']} kept after warming, "
+                f"{r['upstream_connections_max']} max under load; "
                 f"CPU {r['service_cpu_s']} s for {r['tokens']} tokens = {r['cpu_us_per_token']} us/token"
                 f"{'' if r['all_done'] else '  (NOT every run ended with done)'}"
             )
@@ -204,6 +249,13 @@ def main() -> None:
         help="also run the service as of this git ref (repeatable)",
     )
     parser.add_argument("--rounds", type=int, default=1, help="alternating rounds per tree")
+    parser.add_argument(
+        "--agents",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also run this tree with N named agents on the same upstream, the runs spread over them",
+    )
     parser.add_argument(
         "--decode-only", action="store_true", help="the intake alone: aiobotocore's reader against ours"
     )

@@ -187,6 +187,30 @@ def thread_count(pid: int) -> int:
     return 0
 
 
+def connections_to(pid: int, port: int) -> int:
+    """How many established TCP connections a process holds to ``port`` (its upstream's), from
+    /proc: the sockets among its file descriptors, matched by inode in the TCP tables of its
+    network namespace (0 once it is gone)."""
+    inodes = set()
+    try:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):  # closed meanwhile
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[len("socket:[") : -1])
+    except OSError:
+        return 0
+    count = 0
+    for table in ("tcp", "tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+                fields = line.split()
+                # remote address as HEX_IP:HEX_PORT; state 01 is ESTABLISHED
+                if int(fields[2].rsplit(":", 1)[1], 16) == port and fields[3] == "01" and fields[9] in inodes:
+                    count += 1
+    return count
+
+
 def process_tree(pid: int) -> list[int]:
     """``pid`` and every live descendant of it (a service's worker processes), from /proc."""
     parents: dict[int, list[int]] = {}

@@ -109,6 +109,7 @@ class AgentRun:
     """One ``POST /agent/stream`` as the client saw it (``time.monotonic()`` throughout)."""
 
     message: str
+    agent: str | None = None  # the named agent to run (``"agent"`` in the body); None: the default
     started: float = 0.0
     tokens: list[float] = field(default_factory=list)  # when each text token arrived
     first_event: float = 0.0
@@ -126,7 +127,8 @@ async def agent_stream(http: aiohttp.ClientSession, url: str, run: AgentRun) -> 
     """``POST /agent/stream`` with ``run.message``; when each event and text token arrived."""
     run.started = time.monotonic()
     last = ""
-    async with http.post(url + "/agent/stream", json={"message": run.message}) as response:
+    body = {"message": run.message} if run.agent is None else {"message": run.message, "agent": run.agent}
+    async with http.post(url + "/agent/stream", json=body) as response:
         response.raise_for_status()
         async for batch in read_batches(response.content):
             if not batch:

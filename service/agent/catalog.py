@@ -46,7 +46,7 @@ from service.agent.tools import Tool, ToolExecutor
 from service.config import Settings
 from service.core.agents import AgentInfo
 from service.core.sessions import DEFAULT_AGENT
-from service.errors import ProviderError, UnknownAgent
+from service.errors import AgentStreamError, ProviderError, UnknownAgent
 from service.providers.base import ModelProvider
 
 log = logging.getLogger(__name__)
@@ -86,9 +86,10 @@ class AgentsFile(BaseModel):
     agents: Annotated[dict[AgentName, AgentSpec], Field(min_length=1)]
 
 
-class AgentsFileError(ValueError):
+class AgentsFileError(AgentStreamError, ValueError):
     """``AGENT_AGENTS_FILE`` cannot be read or does not validate; the message names the agent
-    and the field."""
+    and the field. An :class:`AgentStreamError`, so that ``python -m service`` (and each worker)
+    stops on it with that one line rather than a traceback."""
 
 
 @dataclass(frozen=True)
@@ -160,6 +161,8 @@ def _resolved(name: str, spec: AgentSpec, settings: Settings) -> Definition:
 
 
 def _where(loc: tuple[int | str, ...]) -> str:
+    if len(loc) == 3 and loc[0] == "agents" and loc[2] == "[key]":
+        return f"agent name {loc[1]!r}"  # pydantic's place for a dict key that does not validate
     if len(loc) >= 2 and loc[0] == "agents":
         rest = ".".join(str(part) for part in loc[2:]) or "(the table)"
         return f"agent {loc[1]!r}, field {rest!r}"

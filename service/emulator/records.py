@@ -35,6 +35,11 @@ class RequestRecord:
     status: int = 200
     stop_reason: str | None = None
     error_type: str | None = None
+    # What the request asked of the model: its system prompt (the texts of ``system`` joined by a
+    # blank line) and the names of the tools it offered, sorted. Tests check by them which agent
+    # a request came from.
+    system: str = ""
+    tools: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The record as a JSON-ready dict."""
@@ -49,7 +54,9 @@ class RecordStore:
         self._condition = threading.Condition()
         self._next_index = 0
 
-    def open(self, model_id: str, user_text: str) -> RequestRecord:
+    def open(
+        self, model_id: str, user_text: str, *, system: str = "", tools: tuple[str, ...] = ()
+    ) -> RequestRecord:
         """Create and keep a record for a request that starts now."""
         with self._condition:
             record = RequestRecord(
@@ -57,6 +64,8 @@ class RecordStore:
                 model_id=model_id,
                 user_text=user_text,
                 started_at=time.monotonic(),
+                system=system,
+                tools=tools,
             )
             self._next_index += 1
             self._records.append(record)

@@ -72,10 +72,20 @@ def count_input_tokens(body: dict[str, Any]) -> int:
     return words + TOKENS_PER_TOOL_SPEC * len(tools)
 
 
+def system_text(body: dict[str, Any]) -> str:
+    """The request's system prompt: the texts of its ``system`` blocks, joined by a blank line."""
+    blocks = body.get("system")
+    if not isinstance(blocks, list):
+        return ""
+    return "\n\n".join(b["text"] for b in blocks if isinstance(b, dict) and isinstance(b.get("text"), str))
+
+
 def tool_names(body: dict[str, Any]) -> set[str]:
     """Names of the tools the request offers."""
     names: set[str] = set()
-    for tool in ((body.get("toolConfig") or {}).get("tools")) or []:
+    config = body.get("toolConfig")
+    tools = config.get("tools") if isinstance(config, dict) else None
+    for tool in tools if isinstance(tools, list) else []:
         spec = tool.get("toolSpec") if isinstance(tool, dict) else None
         if isinstance(spec, dict) and isinstance(spec.get("name"), str):
             names.add(spec["name"])

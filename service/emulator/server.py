@@ -29,6 +29,7 @@ from service.emulator.eventstream import CONTENT_TYPE
 from service.emulator.openai import CONTENT_TYPE as SSE_CONTENT_TYPE
 from service.emulator.openai import bedrock_request, error_response, render_plan
 from service.emulator.records import DEFAULT_MAX_RECORDS, RecordStore, RequestRecord
+from service.emulator.request import system_text, tool_names
 from service.emulator.script import DEFAULT_ANSWER_TOKENS, plan_response
 from service.emulator.steps import HttpError, Plan, RaiseException
 
@@ -150,6 +151,13 @@ async def _records(request: web.Request) -> web.Response:
     return web.json_response([record.to_json() for record in records])
 
 
+def _asked(body: Any) -> dict[str, Any]:
+    """The system prompt and tool names of a ConverseStream body, for its record."""
+    if not isinstance(body, dict):
+        return {}
+    return {"system": system_text(body), "tools": tuple(sorted(tool_names(body)))}
+
+
 async def _end_streams(app: web.Application) -> None:
     # Without this, shutdown would wait (up to its timeout) for slow paced streams to finish.
     streams = app[_STREAMS_KEY]
@@ -165,6 +173,7 @@ async def _converse_stream(request: web.Request) -> web.StreamResponse:
     request_id = str(uuid.uuid4())
 
     raw = await request.read()
+    body: Any = None
     try:
         body = json.loads(raw)
     except ValueError:
@@ -177,7 +186,7 @@ async def _converse_stream(request: web.Request) -> web.StreamResponse:
             context_tokens=config.context_tokens,
         )
 
-    record = store.open(request.match_info["modelId"], plan.user_text)
+    record = store.open(request.match_info["modelId"], plan.user_text, **_asked(body))
     if plan.http_error is not None:
         headers, payload = error_body(plan.http_error)
         headers["x-amzn-RequestId"] = request_id
@@ -265,6 +274,7 @@ async def _chat_completions(request: web.Request) -> web.StreamResponse:
 
     raw = await request.read()
     body: Any = None
+    converted: Any = None
     try:
         body = json.loads(raw)
     except ValueError:
@@ -274,15 +284,16 @@ async def _chat_completions(request: web.Request) -> web.StreamResponse:
             message = 'Only streaming is supported: send "stream": true.'
             plan = Plan(http_error=HttpError(400, "ValidationException", message))
         else:
+            converted = bedrock_request(body)
             plan = plan_response(
-                bedrock_request(body),
+                converted,
                 default_tokens=config.default_tokens,
                 attempt=_attempt(app, raw),
                 context_tokens=config.context_tokens,
             )
     model = body.get("model") if isinstance(body, dict) and isinstance(body.get("model"), str) else ""
 
-    record = store.open(model, plan.user_text)
+    record = store.open(model, plan.user_text, **_asked(converted))
     if plan.http_error is not None:
         status, headers, payload = error_response(plan.http_error)
         headers["x-request-id"] = request_id

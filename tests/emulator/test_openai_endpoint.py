@@ -95,6 +95,7 @@ async def test_text_answer_chunks_have_openai_shapes(emulator: TestClient) -> No
     record = records(emulator)[-1]
     assert record.outcome == "completed" and record.stop_reason == "end_turn" and record.deltas_sent == 4
     assert record.model_id == "test-model"
+    assert record.system == "Be brief." and record.tools == ("calculator",)
 
 
 async def test_no_usage_chunk_without_include_usage(emulator: TestClient) -> None:

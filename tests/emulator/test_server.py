@@ -347,11 +347,20 @@ async def test_records_endpoint_and_model_arn(raw_client: TestClient) -> None:
     """/_emulator/records lists the request, with an ARN model id decoded."""
     arn = "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.anthropic.claude"
     encoded = arn.replace(":", "%3A").replace("/", "%2F")
-    response = await raw_client.post(_converse_path(encoded), json={"messages": [_user("Hello")]})
+    spec = {"toolSpec": {"name": "lookup", "inputSchema": {"json": {"type": "object"}}}}
+    body = {
+        "messages": [_user("Hello")],
+        "system": [{"text": "Be brief."}, {"text": "Be kind."}],
+        "toolConfig": {"tools": [spec, {"toolSpec": {**spec["toolSpec"], "name": "calculator"}}]},
+    }
+    response = await raw_client.post(_converse_path(encoded), json=body)
     await response.read()
     records = await (await raw_client.get("/_emulator/records")).json()
     assert len(records) == 1
     assert records[0]["model_id"] == arn
+    # what the request asked: its system prompt and its tools (sorted), for tests to tell agents apart
+    assert records[0]["system"] == "Be brief.\n\nBe kind."
+    assert records[0]["tools"] == ["calculator", "lookup"]
     assert records[0]["outcome"] == "completed"
     assert records[0]["deltas_sent"] == 12
     assert set(records[0]) >= {

@@ -12,7 +12,7 @@ import pytest
 from tests.support._pipes import PipeDrain
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-from benchlib.procs import process_tree, thread_count  # noqa: E402
+from benchlib.procs import connections_to, process_tree, thread_count  # noqa: E402
 
 # A parent that starts a worker process and a second thread, then says the worker's pid.
 PARENT = """
@@ -61,3 +61,26 @@ def test_thread_count_of_a_process_gone() -> None:
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     assert thread_count(gone.pid) == 0
+
+
+def test_connections_to_counts_the_established_ones_to_a_port() -> None:
+    import os
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as server, socket.create_server(("127.0.0.1", 0)) as other:
+        port = server.getsockname()[1]
+        before = connections_to(os.getpid(), port)
+        clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+        elsewhere = socket.create_connection(other.getsockname())
+        accepted = [server.accept()[0] for _ in clients]
+        try:
+            # the three to the port, not the one to another port nor the accepted ends (their
+            # remote port is the clients' own)
+            assert connections_to(os.getpid(), port) == before + 3
+            clients.pop().close()
+            accepted.pop().close()
+            assert connections_to(os.getpid(), port) == before + 2
+        finally:
+            for sock in [*clients, *accepted, elsewhere]:
+                sock.close()
+    assert connections_to(2**22 + 7, port) == 0  # no such process
