@@ -13,7 +13,6 @@ from service.db import migrate, tables
 from tests.conftest import ClientFactory, services_of
 from tests.db.helpers import ask, new_session, session_body
 
-
 AGENTS = """
 [agents.default]
 [agents.support]
