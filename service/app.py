@@ -325,16 +325,9 @@ def _resources(
     async def resources(app: web.Application) -> AsyncIterator[None]:
         emulator = await _start_agents(services, settings)
         services.monitor.start()
-        mcp_tools = None
-        servers = catalog.mcp_servers()
-        if servers:
-            from service.agent.mcp import McpToolSet
-
-            # Every agent's servers, each connected once. A server that is down only lacks its
-            # tools; it is retried in the background.
-            mcp_tools = McpToolSet(servers, reserved=executor.names, call_timeout=settings.tool_timeout_s)
-            executor.add_source(mcp_tools)
-            await mcp_tools.start()
+        # Every agent's servers, each connected once (see AgentCatalog.connect_mcp).
+        mcp_tools = await catalog.connect_mcp()
+        if mcp_tools is not None:
             services.health["mcp"] = _mcp_probe(mcp_tools)
         if records is not None:
             await records.start()  # the migrations, before any request reads a session
@@ -357,9 +350,7 @@ def _resources(
         finally:
             if reloading is not None:
                 reloading()
-            if mcp_tools is not None:
-                executor.remove_source(mcp_tools)
-                await mcp_tools.stop()
+            await catalog.disconnect_mcp()
             await executor.aclose()  # stops the calculator's worker processes
             for task in (reaper, sweeper):
                 if task is not None:

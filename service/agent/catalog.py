@@ -41,7 +41,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from service.agent.loop import AgentLoop
-from service.agent.mcp import McpTool
+from service.agent.mcp import McpTool, McpToolSet
 from service.agent.tools import Tool, ToolExecutor
 from service.config import Settings
 from service.core.agents import AgentInfo
@@ -273,6 +273,8 @@ class AgentCatalog:
         self._providers: dict[tuple[str, ...], ModelProvider] = {}
         self._loops: dict[str, AgentLoop] = {}
         self._emulator_url: str | None = None
+        # Every agent's MCP servers, as one tool source of the executor (None while there are none).
+        self.mcp_tools: McpToolSet | None = None
 
     @classmethod
     def from_settings(
@@ -379,6 +381,30 @@ class AgentCatalog:
         """The providers made, one per upstream (the given one alone when a caller gave one)."""
         return [self._given] if self._given is not None else list(self._providers.values())
 
+    async def connect_mcp(self, urls: Iterable[str] | None = None) -> McpToolSet | None:
+        """Connect the MCP servers of ``urls`` (every agent's, by default) not connected yet: one
+        tool set for all of them, each server once; the tool set, None while there are none.
+        A server that is down only lacks its tools; it is retried in the background."""
+        wanted = list(urls if urls is not None else self.mcp_servers())
+        if not wanted:
+            return self.mcp_tools
+        if self.mcp_tools is None:
+            self.mcp_tools = McpToolSet(
+                wanted, reserved=self._builtin_names(), call_timeout=self.settings.tool_timeout_s
+            )
+            self.executor.add_source(self.mcp_tools)
+            await self.mcp_tools.start()
+        else:
+            await self.mcp_tools.extend(wanted)
+        return self.mcp_tools
+
+    async def disconnect_mcp(self) -> None:
+        """Stop offering the MCP servers' tools and close their connections."""
+        tools, self.mcp_tools = self.mcp_tools, None
+        if tools is not None:
+            self.executor.remove_source(tools)
+            await tools.stop()
+
     async def reload(self) -> bool:
         """Read the file again and use it for every query that starts from now on; False (and an
         ERROR log line) when it does not validate, the old definitions staying."""
@@ -389,6 +415,8 @@ class AgentCatalog:
                     "an agent needs the embedded emulator, which this service did not start"
                 )
             loops = await self._build(definitions)
+            # A new agent's new MCP servers are connected before any query of it can start.
+            await self.connect_mcp(url for d in definitions.values() for url in d.mcp_servers)
         except (AgentsFileError, ProviderError) as exc:
             log.error("the agents file was not reloaded; the agents stay as they were: %s", exc)
             return False

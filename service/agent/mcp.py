@@ -375,6 +375,7 @@ class McpToolSet:
 
     def __init__(self, urls: Iterable[str], *, reserved: Iterable[str] = (), **options: Any) -> None:
         unique = list(dict.fromkeys(url.strip() for url in urls if url.strip()))
+        self._options = options
         self.sources = [McpToolSource(url, **options) for url in unique]
         self.reserved = frozenset(reserved)
         self._key: tuple[int, ...] | None = None
@@ -398,6 +399,17 @@ class McpToolSet:
     async def stop(self) -> None:
         """Disconnect from every server."""
         await asyncio.gather(*(source.stop() for source in self.sources))
+
+    async def extend(self, urls: Iterable[str]) -> None:
+        """Connect to the servers of ``urls`` not in the set yet (an agents file reloaded with new
+        ones); return when each new one has had its first attempt. Their tools come after the
+        earlier servers' in every clash."""
+        known = {source.url for source in self.sources}
+        added = [McpToolSource(url, **self._options) for url in dict.fromkeys(urls) if url not in known]
+        if added:
+            self.sources = [*self.sources, *added]
+            self._key = None
+            await asyncio.gather(*(source.start() for source in added))
 
     async def refresh(self) -> None:
         """Re-list every server's tools now (reconnecting those that are down)."""

@@ -451,3 +451,31 @@ async def test_the_service_starts_with_a_server_down_and_picks_it_up(
 async def test_healthz_without_mcp_servers(make_client: ClientFactory) -> None:
     client = await make_client()
     assert (await (await client.get("/healthz")).json())["mcp"] == []
+
+
+async def test_each_agent_gets_its_own_mcp_servers_and_a_reload_connects_new_ones(
+    make_client: ClientFactory, alpha: McpTestServer, beta: McpTestServer, tmp_path: Any
+) -> None:
+    path = tmp_path / "agents.toml"
+    first = f'[agents.pinger]\nmcp_servers = ["{alpha.url}"]\n[agents.plain]\nmcp_servers = []\n'
+    path.write_text(first)
+    client = await make_client(agents_file=str(path), tool_timeout_s=10)
+    services = services_of(client)
+
+    events = await stream_agent(client, "[emu:tool=ping]", agent="pinger")
+    (result,) = _tool_results(events)
+    assert result["result"] == "pong from alpha"
+    events = await stream_agent(client, "[emu:tool=ping]", agent="plain")  # not its server's tool
+    (result,) = _tool_results(events)
+    assert result["is_error"] is True and "Unknown tool 'ping'" in result["result"]
+
+    # A reload that adds an agent on a server nobody used yet connects it, once.
+    path.write_text(first + f'[agents.multiplier]\nmcp_servers = ["{beta.url}"]\n')
+    assert await services.catalog.reload()
+    events = await stream_agent(
+        client, '[emu:tool=multiply] [emu:tool_input={"a": 6, "b": 7}]', agent="multiplier"
+    )
+    (result,) = _tool_results(events)
+    assert result["result"] == "42" and not result.get("is_error")
+    health = await (await client.get("/healthz")).json()
+    assert [entry["url"] for entry in health["mcp"]] == [alpha.url, beta.url]
