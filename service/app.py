@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -282,6 +283,31 @@ async def _start_agents(services: Services, settings: Settings) -> Any:
     return emulator
 
 
+def _reload_on_hangup(catalog: AgentCatalog) -> Callable[[], None] | None:
+    """Reload the agents file on SIGHUP (each worker gets it from the supervisor); the callable
+    undoes it. None where this loop cannot take signals (not the main thread)."""
+    loop = asyncio.get_running_loop()
+    tasks: set[asyncio.Task[bool]] = set()
+
+    def hangup() -> None:
+        log.info("SIGHUP: reloading the agents file")
+        task = loop.create_task(catalog.reload(), name="agents-reload")
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    try:
+        loop.add_signal_handler(signal.SIGHUP, hangup)
+    except (RuntimeError, ValueError, NotImplementedError):
+        return None
+
+    def undo() -> None:
+        loop.remove_signal_handler(signal.SIGHUP)
+        for task in tasks:
+            task.cancel()
+
+    return undo
+
+
 def _resources(
     services: Services, settings: Settings, provider: ModelProvider | None
 ) -> Callable[[web.Application], AsyncIterator[None]]:
@@ -325,9 +351,12 @@ def _resources(
             else None
         )
         await executor.start()  # the calculator's first worker process (milliseconds)
+        reloading = _reload_on_hangup(catalog) if settings.agents_file else None
         try:
             yield
         finally:
+            if reloading is not None:
+                reloading()
             if mcp_tools is not None:
                 executor.remove_source(mcp_tools)
                 await mcp_tools.stop()

@@ -18,7 +18,16 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from service.core.events import Event, RunDone, RunError, TextDelta, ToolExecuting, ToolResult, TurnCompleted
+from service.core.events import (
+    Event,
+    PlanCreated,
+    RunDone,
+    RunError,
+    TextDelta,
+    ToolExecuting,
+    ToolResult,
+    TurnCompleted,
+)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -70,11 +79,19 @@ class Metrics:
         self.connections = Gauge(
             "agentstream_connections", "Open streaming connections.", ["transport"], registry=registry
         )
-        self.runs_started = Counter("agentstream_runs_started", "Queries started.", registry=registry)
+        self.runs_started = Counter(
+            "agentstream_runs_started", "Queries started, by agent.", ["agent"], registry=registry
+        )
         self.runs_finished = Counter(
             "agentstream_runs_finished",
-            "Queries ended, by outcome (done, cancelled, error) and error code.",
-            ["outcome", "code"],
+            "Queries ended, by outcome (done, cancelled, error), error code and agent.",
+            ["outcome", "code", "agent"],
+            registry=registry,
+        )
+        self.tokens = Counter(
+            "agentstream_tokens",
+            "Model tokens of the queries, by agent and kind (input, output).",
+            ["agent", "kind"],
             registry=registry,
         )
         self.events_appended = Counter(
@@ -85,7 +102,8 @@ class Metrics:
         )
         self.first_token = Histogram(
             "agentstream_time_to_first_token_seconds",
-            "From a query's start to its first text token.",
+            "From a query's start to its first text token, by agent.",
+            ["agent"],
             buckets=_LATENCY_BUCKETS,
             registry=registry,
         )
@@ -110,8 +128,10 @@ class Metrics:
         )
         self._state: dict[str, tuple[str, Callable[[], float | None]]] = {}
         registry.register(_StateCollector(self._state))
-        # run id -> its start, and (run id, tool use id) -> when the tool began
+        # run id -> its start (until its first token), its agent, and (run id, tool use id) -> when
+        # the tool began
         self._run_started: dict[str, float] = {}
+        self._run_agent: dict[str, str] = {}
         self._tools_started: dict[tuple[str, str], float] = {}
         self._appended = Tally(self.events_appended)  # per token
         self._delivered: dict[str, Tally] = {}
@@ -136,19 +156,23 @@ class Metrics:
 
     # -- the run observer ---------------------------------------------------------------------
 
-    def run_started(self, run_id: str, appended: int) -> None:
-        self.runs_started.inc()
+    def run_started(self, run_id: str, appended: int, agent: str = "") -> None:
+        self.runs_started.labels(agent).inc()
         self._appended.inc(appended)
         self._run_started[run_id] = time.monotonic()
+        self._run_agent[run_id] = agent
 
     def event_logged(self, run_id: str, event: Event) -> None:
         self._appended.inc()
         if isinstance(event, TextDelta):
             started = self._run_started.pop(run_id, None)
             if started is not None:
-                self.first_token.observe(time.monotonic() - started)
-        elif isinstance(event, TurnCompleted):
-            if event.latency_ms is not None:
+                self.first_token.labels(self._run_agent.get(run_id, "")).observe(time.monotonic() - started)
+        elif isinstance(event, TurnCompleted | PlanCreated):
+            agent = self._run_agent.get(run_id, "")
+            self.tokens.labels(agent, "input").inc(event.usage.input_tokens)
+            self.tokens.labels(agent, "output").inc(event.usage.output_tokens)
+            if isinstance(event, TurnCompleted) and event.latency_ms is not None:
                 self.model_turn.observe(event.latency_ms / 1000)
         elif isinstance(event, ToolExecuting):
             self._tools_started[(run_id, event.tool_use_id)] = time.monotonic()
@@ -161,6 +185,7 @@ class Metrics:
     def run_finished(self, run_id: str, terminal: Event, appended: int) -> None:
         self._appended.inc(appended)
         self._run_started.pop(run_id, None)
+        agent = self._run_agent.pop(run_id, "")
         for key in [key for key in self._tools_started if key[0] == run_id]:
             del self._tools_started[key]
         if isinstance(terminal, RunDone):
@@ -169,4 +194,4 @@ class Metrics:
             outcome, code = "error", terminal.code
         else:
             outcome, code = "error", "unknown"
-        self.runs_finished.labels(outcome, code).inc()
+        self.runs_finished.labels(outcome, code, agent).inc()

@@ -206,6 +206,7 @@ class Supervisor:
         self.slots = [_Slot(index, Restarts()) for index in range(1, self.settings.workers + 1)]
         self._context = multiprocessing.get_context("spawn")
         self._signals: list[int] = []
+        self._reloads = 0
         self._announced = False
         self._stop_deadline: float | None = None
         self._killed = False
@@ -218,6 +219,7 @@ class Supervisor:
         # A signal writes to the socket, so the wait below returns for it at once.
         previous_fd = signal.set_wakeup_fd(wake_write.fileno())
         previous = {signum: signal.signal(signum, self._on_signal) for signum in STOP_SIGNALS}
+        previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, self._on_hangup)
         try:
             if not self._migrate():
                 return self.code
@@ -261,6 +263,10 @@ class Supervisor:
         # Only noted here: the loop forwards it, so no worker starting meanwhile is missed.
         self._signals.append(signum)
 
+    def _on_hangup(self, signum: int, frame: object) -> None:
+        # A reload of the agents file: forwarded to every worker by the loop, none stopped.
+        self._reloads += 1
+
     def _step(self, wake: socket.socket) -> None:
         """Wait for a message, a death, a signal or a deadline, and act on it."""
         conns = {slot.conn: slot for slot in self.slots if slot.conn is not None}
@@ -269,6 +275,13 @@ class Supervisor:
         if wake in ready:
             with contextlib.suppress(BlockingIOError):
                 wake.recv(4096)
+        if self._reloads and not self._stopping and self.settings.agents_file:
+            self._reloads = 0
+            log.info("SIGHUP: %d workers reload the agents file", len(self.slots))
+            for slot in self.slots:
+                if slot.process is not None and slot.process.pid is not None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(slot.process.pid, signal.SIGHUP)
         while self._signals:
             signum = self._signals.pop(0)
             log.info("%s: stopping %d workers", signal.Signals(signum).name, len(self.slots))
@@ -382,6 +395,8 @@ class Supervisor:
 def _worker(settings: Settings, index: int, conn: Connection) -> None:
     """One worker process: serve on the shared port, say when it listens, stop with the supervisor."""
     os.setpgrp()  # a terminal's Ctrl-C reaches the supervisor only, which forwards it once
+    # A reload forwarded before the app has its handler (see service.app) must not end the worker.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     configure_logging(settings.log_format, settings.log_level)
     threading.Thread(target=_follow_supervisor, args=(conn,), name="supervisor-pipe", daemon=True).start()
 

@@ -49,7 +49,7 @@ class Agents(Protocol):
 class RunObserver(Protocol):
     """Told what the runs do, for metrics; every call is cheap and synchronous."""
 
-    def run_started(self, run_id: str, appended: int) -> None: ...
+    def run_started(self, run_id: str, appended: int, agent: str = "") -> None: ...
 
     def event_logged(self, run_id: str, event: Event) -> None: ...
 
@@ -91,7 +91,7 @@ class NoGate:
 class NoObserver:
     """The observer of a manager without metrics."""
 
-    def run_started(self, run_id: str, appended: int) -> None:
+    def run_started(self, run_id: str, appended: int, agent: str = "") -> None:
         pass
 
     def event_logged(self, run_id: str, event: Event) -> None:

@@ -171,7 +171,7 @@ class RunManager:
             session.run_start_id = run.start_id = started.id
             run.first_id = run.first_id or started.id
             await session.log.append(StatusChange(status=RUNNING), fence=run.fence)
-            self._observer.run_started(run.id, appended=2)
+            self._observer.run_started(run.id, appended=2, agent=getattr(run.agent, "name", session.agent))
         except BaseException:
             # Claimed by someone else, or the store failed: nothing runs, nothing is held here,
             # and the session says so (it was marked running just before the first append).

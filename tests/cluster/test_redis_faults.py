@@ -266,6 +266,9 @@ async def test_a_redis_that_restarts_empty_mid_query_loses_the_session_with_a_wa
     assert len(lost) == 1 and "lost" in lost[0], lost
     # The run ended, and the operator's count of ended runs says so.
     samples = await scrape(client)
-    assert value(samples, "agentstream_runs_finished_total", outcome="error", code="run_lost") == 1
+    assert (
+        value(samples, "agentstream_runs_finished_total", outcome="error", code="run_lost", agent="default")
+        == 1
+    )
     # The service serves on.
     await query_done(client)

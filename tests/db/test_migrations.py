@@ -11,6 +11,7 @@ import time
 
 import pytest
 import sqlalchemy as sa
+from alembic import command
 
 from service.db import migrate
 from tests.conftest import ClientFactory, services_of
@@ -93,6 +94,8 @@ async def test_a_populated_first_revision_database_upgrades_in_place(
     # The third revision's id reservation: none for a session stored before it (ids go on at 18).
     record = await services_of(client).sessions.records.load("old-session")
     assert record is not None and (record.last_event_id, record.ids_reserved_until) == (17, 0)
+    # The fifth revision's agent: the one agent there was, for a session stored before it.
+    assert record.agent == listed[0]["agent"] == body["agent"] == "default"
     await ask(client, "old-session", "And of Italy?")
     assert (await events_after(client, "old-session", 17))["events"][0]["id"] == 18
     assert texts((await session_body(client, "old-session"))["messages"])[2] == "And of Italy?"
@@ -109,6 +112,56 @@ async def test_the_service_migrates_a_first_revision_database_at_start(
         assert await migrate.current(engine) == migrate.head()
     finally:
         await engine.dispose()
+
+
+async def downgrade(url: str, revision: str) -> None:
+    """Take the database at ``url`` back to ``revision`` (an operator's ``alembic downgrade``)."""
+    engine = migrate.make_engine(url)
+    try:
+        async with engine.begin() as connection:
+            await connection.run_sync(lambda sync: command.downgrade(migrate.alembic_config(sync), revision))
+    finally:
+        await engine.dispose()
+
+
+async def session_columns(url: str) -> set[str]:
+    engine = migrate.make_engine(url)
+    try:
+        async with engine.connect() as connection:
+            columns = await connection.run_sync(lambda sync: sa.inspect(sync).get_columns("sessions"))
+    finally:
+        await engine.dispose()
+    return {column["name"] for column in columns}
+
+
+async def test_the_agent_column_goes_with_a_downgrade_and_comes_back_default(
+    make_client: ClientFactory, database_url: str
+) -> None:
+    await populate_first_revision(database_url)
+    await migrate.upgrade_url(database_url)
+    client = await make_client(database_url=database_url)
+    made = await services_of(client).sessions.create(agent="support")
+    assert "agent" in await session_columns(database_url)
+
+    await downgrade(database_url, "0004")
+    assert "agent" not in await session_columns(database_url)
+    # Everything else the sessions held is still there (SQLite's drop copies the table).
+    engine = migrate.make_engine(database_url)
+    try:
+        assert await migrate.current(engine) == "0004"
+        async with engine.connect() as connection:
+            ids = (
+                await connection.execute(sa.text("SELECT id, last_event_id FROM sessions ORDER BY id"))
+            ).all()
+    finally:
+        await engine.dispose()
+    assert sorted(ids) == sorted([("old-session", 17), (made.id, 0)])
+
+    await migrate.upgrade_url(database_url)
+    again = await make_client(database_url=database_url)
+    # What the downgrade dropped is gone for good: the session is the one agent's again.
+    assert (await session_body(again, made.id))["agent"] == "default"
+    assert (await session_body(again, "old-session"))["messages"] == CONVERSATION
 
 
 @pytest.mark.slow

@@ -54,8 +54,8 @@ async def test_metrics_add_up_to_a_known_run(client: TestClient) -> None:
 
     assert value(during, "agentstream_connections", transport="sse") == 1
     assert value(after, "agentstream_connections", transport="sse") == 0
-    assert value(after, "agentstream_runs_started_total") == 2
-    assert value(after, "agentstream_runs_finished_total", outcome="done", code="") == 2
+    assert value(after, "agentstream_runs_started_total", agent="default") == 2
+    assert value(after, "agentstream_runs_finished_total", outcome="done", code="", agent="default") == 2
     assert value(after, "agentstream_runs_active") == 0
     assert value(after, "agentstream_events_appended_total") > session_events
     assert value(after, "agentstream_events_delivered_total", transport="sse") == session_events + len(
@@ -63,7 +63,12 @@ async def test_metrics_add_up_to_a_known_run(client: TestClient) -> None:
     )
     # One calculator call, two model turns in the session's run, one in the short-lived one.
     assert value(after, "agentstream_tool_latency_seconds_count", tool="calculator", outcome="ok") == 1
-    assert value(after, "agentstream_time_to_first_token_seconds_count") == 2
+    assert value(after, "agentstream_time_to_first_token_seconds_count", agent="default") == 2
+    # Every model turn's tokens, by the agent that ran it: the two queries' usage, as their done says.
+    usage = [events[-1]["data"]["usage"], agent_events[-1]["data"]["usage"]]
+    for kind in ("input", "output"):
+        counted = value(after, "agentstream_tokens_total", agent="default", kind=kind)
+        assert counted == sum(each[f"{kind}_tokens"] for each in usage) > 0
     assert value(after, "agentstream_provider_latency_seconds_count") == 3
     assert value(after, "agentstream_event_loop_lag_seconds_count") > 0
 
@@ -79,7 +84,9 @@ async def test_errors_and_cancels_are_counted_by_outcome(client: TestClient) -> 
     async with client.post(f"/sessions/{session_id}/cancel") as response:
         assert (await response.json())["cancelled"] is True
     samples = await scrape(client)
-    assert value(samples, "agentstream_runs_finished_total", outcome="cancelled", code="") == 1
+    assert (
+        value(samples, "agentstream_runs_finished_total", outcome="cancelled", code="", agent="default") == 1
+    )
     errors = {
         labels: count
         for (name, labels), count in samples.items()

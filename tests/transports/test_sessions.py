@@ -47,9 +47,9 @@ async def test_session_routes(client: TestClient) -> None:
         "messages": [],
         "usage": body["usage"],
         "last_event_id": 0,
+        "agent": "default",
         "pending_approvals": [],
         "pending_tool_calls": [],
-        "agent": "default",
     }
     await send(client, session_id, "What is the square root of 144?")
     await wait_done(client, session_id)

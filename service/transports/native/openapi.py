@@ -71,12 +71,7 @@ def _agent_paths(settings: Settings, parts: Parts) -> dict[str, Any]:
                     "503": error(
                         "The service is at a limit or its store is down (`Error`, with `Retry-After`), or "
                         "the run failed upstream (`AgentRunFailure`: `code`, `turns`, `response`, `usage`).",
-                        {
-                            "anyOf": [
-                                ref("AgentRunFailure"),
-                                ref("Error"),
-                            ]
-                        },
+                        {"anyOf": [ref("AgentRunFailure"), ref("Error")]},
                         headers=RETRY_AFTER,
                     ),
                 },
