@@ -19,13 +19,16 @@
      │    ├── ClientToolError      a client tool's result that cannot be taken (409)
      │    │    └── ClientToolNotFound  no such call in the session (404)
      │    └── ClientToolsInvalid   client tools that cannot be offered (422)
+     │         └── ClientToolsRefused  the session's agent takes no client tools (422)
      ├── Overloaded             the instance runs as many queries as it may
      │    └── StreamLimitReached  it holds as many open streams as it may
      ├── SessionLimitReached    the instance holds as many sessions as it may
      ├── QuotaExceeded          an API key is over one of its quotas (429)
      ├── StoreUnavailable       the shared store (Redis) cannot be reached
      │    └── DatabaseUnavailable  the session database cannot be reached, or missed its deadline
-     └── RunLost                a run's claim on its session expired (another instance ended it)
+     ├── RunLost                a run's claim on its session expired (another instance ended it)
+     ├── UnknownAgent           no agent of that name is defined (422)
+     └── AgentMismatch          a session is asked for with an agent other than its own (409)
 
 Transports map these to HTTP statuses; the agent loop turns provider errors into ``error``
 events. Nothing here imports a transport or a provider. :func:`describe_exception` is how the
@@ -149,6 +152,12 @@ class ClientToolsInvalid(ConversationError):
     code = "invalid_tools"
 
 
+class ClientToolsRefused(ClientToolsInvalid):
+    """Client tools sent to a session whose agent is defined with ``client_tools = false``."""
+
+    code = "client_tools_refused"
+
+
 class Overloaded(AgentStreamError):
     """The instance already runs as many queries as it is configured for."""
 
@@ -207,3 +216,19 @@ class UnknownAgent(AgentStreamError):
         super().__init__(f"unknown agent {name!r}; this service has: {', '.join(known)}")
         self.name = name
         self.known = known
+
+
+class AgentMismatch(AgentStreamError):
+    """A request names an agent for a session made for another: a session keeps its agent for
+    life, so the request is refused (a 409 naming the session's agent) rather than answered by an
+    agent the client did not ask for."""
+
+    status = 409
+    code = "agent_mismatch"
+
+    def __init__(self, name: str, bound: str) -> None:
+        super().__init__(
+            f"this session is bound to the agent {bound!r}, not {name!r}; a session keeps its agent"
+        )
+        self.name = name
+        self.bound = bound

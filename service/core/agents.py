@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from service.core.sessions import DEFAULT_AGENT
-from service.errors import UnknownAgent
+from service.errors import AgentMismatch, ClientToolsRefused, UnknownAgent
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,3 +74,26 @@ def info_of(directory: AgentDirectory, name: str) -> AgentInfo | None:
         if info.name == wanted:
             return info
     return None
+
+
+def same_agent(directory: AgentDirectory, bound: str, name: str) -> bool:
+    """True when a session bound to ``bound`` is one of the agent ``name`` (``default``, which
+    sessions made before agents had names carry, is the default agent's name too)."""
+    return bound == name or {bound, name} == {DEFAULT_AGENT, directory.default}
+
+
+def check_bound(directory: AgentDirectory, bound: str, name: str | None) -> None:
+    """:class:`AgentMismatch` when a request names an agent (``name``) other than the one its
+    session is bound to; naming none is always fine (the session's own answers)."""
+    if name is not None and name != "" and not same_agent(directory, bound, chosen(directory, name)):
+        raise AgentMismatch(name, bound)
+
+
+def check_client_tools(directory: AgentDirectory, agent: str, count: int) -> None:
+    """:class:`ClientToolsRefused` when ``count`` client tools are sent to an agent defined with
+    ``client_tools = false`` (an agent a reload removed refuses none: its query fails anyway)."""
+    info = info_of(directory, agent)
+    if count and info is not None and not info.client_tools:
+        raise ClientToolsRefused(
+            f"the agent {info.name!r} takes no client tools (client_tools = false); send the message without tools"
+        )

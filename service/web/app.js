@@ -12,6 +12,7 @@
 //   actions.js     Regenerate and Edit, through the server's rewind
 //   view.js        the page's chrome: status, notice, buttons, usage
 //   sessions.js    the session on screen; sidelist.js the list of the user's sessions
+//   agents.js      the agent a new chat is made for, when the server has several
 //   composer.js    send and cancel
 //   selftest.js    "Check connection"
 //   markdown.js    answers as sanitized Markdown, at most one render per frame
@@ -19,6 +20,7 @@
 // `window.agentstream` shows the page's state to the browser tests (and to anyone debugging).
 
 import { initActions } from "./actions.js";
+import { agentNames, whenAgentPicked } from "./agents.js";
 import { initAuth } from "./auth.js";
 import { initComposer } from "./composer.js";
 import { switchTransport, teardown, whenSessionLost } from "./connection.js";
@@ -32,6 +34,8 @@ import { followScrolling, setPhase, ui, updateControls, updateUsage } from "./vi
 
 window.agentstream = {
   get sessionId() { return state.sessionId; },
+  get agent() { return state.agent; },
+  get agents() { return agentNames(); },
   get transport() { return state.transport; },
   get lastEventId() { return state.lastEventId; },
   get connection() { return state.phase; },
@@ -61,6 +65,7 @@ ui.transport.value = state.transport;
 ui.transport.addEventListener("change", () => switchTransport(ui.transport.value));
 ui.newChat.addEventListener("click", newChat);
 ui.sideNewChat.addEventListener("click", newChat);
+whenAgentPicked(newChat);
 
 window.addEventListener("pagehide", () => teardown());
 window.addEventListener("pageshow", (event) => {

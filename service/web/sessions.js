@@ -4,6 +4,7 @@
 // id 0, as a reload with `?session=` would (or, when they were purged, from the snapshot the
 // server builds from the database).
 
+import { chosenAgent, loadAgents, showAgent } from "./agents.js";
 import { api, errorText } from "./api.js";
 import { connect, teardown } from "./connection.js";
 import { draw, initSideList, refresh } from "./sidelist.js";
@@ -24,6 +25,7 @@ export async function boot() {
   teardown();
   resetView();
   setPhase("connecting");
+  if (!(await loadAgents())) return; // the server wants an API key first
   const wanted = new URLSearchParams(location.search).get("session");
   if (!wanted) await startNewSession();
   else await loadSession(wanted);
@@ -56,9 +58,10 @@ export async function sessionLost() {
   await startNewSession();
 }
 
-function setSession(id, putInUrl) {
+function setSession(id, putInUrl, agent) {
   state.sessionId = id;
   ui.sessionLabel.textContent = id || "–";
+  showAgent(agent);
   draw();
   if (putInUrl && id) {
     const params = new URLSearchParams(location.search);
@@ -88,7 +91,7 @@ async function loadSession(wanted) {
     notice("Could not open the session: " + errorText(reply), "error");
     return;
   }
-  setSession(wanted, true);
+  setSession(wanted, true, reply.data.agent);
   state.serverLastId = Number(reply.data.last_event_id) || 0;
   state.running = reply.data.status === "running";
   updateControls();
@@ -98,7 +101,8 @@ async function loadSession(wanted) {
 async function startNewSession() {
   let reply;
   try {
-    reply = await api("POST", "/sessions", {});
+    const agent = chosenAgent();
+    reply = await api("POST", "/sessions", agent ? { agent } : {});
   } catch (_) {
     unreachable();
     return;
@@ -109,7 +113,7 @@ async function startNewSession() {
     notice("Could not start a session: " + errorText(reply), "error");
     return;
   }
-  setSession(reply.data.id, true);
+  setSession(reply.data.id, true, reply.data.agent);
   connect();
   refresh();
 }

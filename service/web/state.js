@@ -71,6 +71,7 @@ export function emptyUsage() {
 
 export const state = {
   sessionId: null,
+  agent: null, // the agent of the session on screen (GET /sessions/{id}, POST /sessions)
   transport: chosenTransport(),
   lastEventId: 0, // highest event id applied to the view
   serverLastId: 0, // highest id the server is known to hold

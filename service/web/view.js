@@ -22,6 +22,8 @@ export const ui = {
   send: byId("send"),
   cancel: byId("cancel"),
   sessionLabel: byId("session-id"),
+  sessionAgent: byId("session-agent"),
+  agentChoice: byId("agent-choice"),
   selftest: byId("selftest"),
 };
 

@@ -1,9 +1,11 @@
 // The AI SDK's own client: DefaultChatTransport.sendMessages against POST /api/chat, the reply
 // assembled by readUIMessageStream, as useChat does. Usage: node aisdk_chat.mjs BASE CHAT_ID TEXT...
+// With AGENT_NAME set, the transport's `body` option names the chat's agent.
 import { DefaultChatTransport, readUIMessageStream } from '#ai';
 import { base, headers, id, report, texts, userMessage } from './common.mjs';
 
-const transport = new DefaultChatTransport({ api: `${base}/api/chat`, headers });
+const body = process.env.AGENT_NAME ? { agent: process.env.AGENT_NAME } : undefined;
+const transport = new DefaultChatTransport({ api: `${base}/api/chat`, headers, body });
 const messages = [];
 const turns = [];
 for (const [n, text] of texts.entries()) {

@@ -591,6 +591,7 @@ async def test_the_tools_are_listed_with_schemas(client: TestClient) -> None:
         listed = {tool.name: tool for tool in (await mcp.list_tools()).tools}
         assert mcp.server_capabilities.logging is not None and mcp.server_capabilities.tools is not None
     assert set(listed) == {
+        "session_create",
         "session_message",
         "session_events",
         "session_status",

@@ -7,6 +7,7 @@ packages these tests skip, or fail with ``CI=true`` (see :mod:`tests.support.nod
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from aiohttp.test_utils import TestClient
 
 from tests.conftest import ClientFactory
 from tests.support.node import AI_MAJORS, require_node, run_node
+from tests.transports.test_agents_faces import AGENTS
 
 
 @pytest.fixture(params=AI_MAJORS, ids=[f"ai{major}" for major in AI_MAJORS])
@@ -105,6 +107,27 @@ async def test_http_agent_runs_and_gets_messages(client: TestClient) -> None:
         assert kind in second_types
     assert any(m["role"] == "reasoning" for m in second["messages"])
     assert second_types[-1] == "RUN_FINISHED"
+
+
+async def test_the_real_clients_name_the_agent(make_client: ClientFactory, tmp_path: Path, ai: int) -> None:
+    """``DefaultChatTransport``'s ``body`` option names the chat's agent, and an ``HttpAgent`` on
+    an agent's URL runs that agent: each session is the agent's, and so is its ``done``."""
+    require_node()
+    path = tmp_path / "agents.toml"
+    path.write_text(AGENTS, encoding="utf-8")
+    client = await make_client(agents_file=str(path))
+    env = {"AGENT_NAME": "research"}
+    chat = await run_node(
+        "aisdk_chat.mjs", base_url(client), "chat-agent", "Hi [emu:tokens=3]", env=env, ai=ai
+    )
+    assert chat["turns"][0]["errors"] == []
+    run = await run_node("agui_run.mjs", base_url(client), "thread-agent", "Hi [emu:tokens=3]", env=env)
+    assert run["runs"][0]["events"][-1]["type"] == "RUN_FINISHED"
+    for session_id in ("chat-agent", "thread-agent"):
+        session = await (await client.get(f"/sessions/{session_id}")).json()
+        assert session["agent"] == "research"
+        poll = await (await client.get(f"/sessions/{session_id}/events/poll")).json()
+        assert [e["agent"] for e in poll["events"] if e["type"] == "done"] == ["research"]
 
 
 CALC_APPROVAL = 'Sum it [emu:tool=calculator] [emu:tool_input={"expression": "6*7"}]'

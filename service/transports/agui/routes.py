@@ -1,7 +1,10 @@
 """AG-UI's routes: an ``HttpAgent`` run, and the running query's events again.
 
 - ``POST /ag-ui``: a ``RunAgentInput``; ``threadId`` names the caller's session (made on first
-  use); the reply is the query's AG-UI events (:mod:`service.transports.agui.projector`). Its
+  use, of the default agent); the reply is the query's AG-UI events
+  (:mod:`service.transports.agui.projector`). ``POST /ag-ui/{agent}`` is the same with the
+  thread made for that agent (an ``HttpAgent`` per agent URL): an unknown one is a 422 naming
+  the agents there are, and a thread made for another a 409, since a thread keeps its agent. Its
   ``tools`` are the client's own (their calls wait for the client's results), and
   ``forwardedProps.multitask_strategy`` says what it does while a query runs.
 - ``GET /ag-ui/{threadId}/events``: the running query's AG-UI events again, after
@@ -20,6 +23,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from service.core import conversation
+from service.core.agents import check_bound, chosen
 from service.core.events import client_tool_key
 from service.core.options import RunOptions
 from service.core.sessions import Session, valid_client_id
@@ -45,9 +49,12 @@ SEP = "\n"  # AG-UI's client splits events on a bare "\n\n": pings too
 
 
 async def ag_ui_run(request: web.Request) -> web.StreamResponse:
-    """``POST /ag-ui``: a ``RunAgentInput``'s last user message as a query (or its tool messages
-    as the results the thread's query waits on), streamed as AG-UI events."""
+    """``POST /ag-ui`` (``/ag-ui/{agent}``): a ``RunAgentInput``'s last user message as a query (or
+    its tool messages as the results the thread's query waits on), streamed as AG-UI events."""
     context = context_of(request)
+    agent = request.match_info.get("agent")
+    if agent is not None:
+        chosen(context.agents, agent)  # an unknown agent: a 422 before the body is read
     body = await read_json(request, RunAgentInput)
     if not valid_client_id(body.thread_id):
         raise json_error(422, f"invalid request: threadId: {CLIENT_ID_RULE}")
@@ -68,9 +75,9 @@ async def ag_ui_run(request: web.Request) -> web.StreamResponse:
     answers = _resume_answers(body)
     async with context.stream_slot(TRANSPORT, owner_of(request)):
         if answers:
-            return await _ag_ui_resumed(request, context, body, answers)
+            return await _ag_ui_resumed(request, context, body, answers, agent)
         if results:
-            return await _ag_ui_answered(request, context, body, results)
+            return await _ag_ui_answered(request, context, body, results, agent)
         assert query is not None
         text, message_id = query
         session, after, _ = await start_query(
@@ -80,6 +87,8 @@ async def ag_ui_run(request: web.Request) -> web.StreamResponse:
             text,
             options=lambda session: _options(context, session, message_id, tools),
             strategy=strategy,
+            agent=agent,
+            client_tools=len(tools),
         )
         projector = AgUiStream(body.thread_id, session.messages, body.run_id)
         return await serve(
@@ -120,21 +129,31 @@ def _resume_answers(body: RunAgentInput) -> list[tuple[str, ApprovalAnswer]]:
 
 
 async def _ag_ui_resumed(
-    request: web.Request, context: Context, body: RunAgentInput, answers: list[tuple[str, ApprovalAnswer]]
+    request: web.Request,
+    context: Context,
+    body: RunAgentInput,
+    answers: list[tuple[str, ApprovalAnswer]],
+    agent: str | None,
 ) -> web.StreamResponse:
     """A run that answers the interrupts that ended the thread's last one: the rest of its query."""
     session = await context.sessions.get_owned(body.thread_id, owner_of(request))
+    check_bound(context.agents, session.agent, agent)
     start = query_start(session)
     await answer_all(context, session, answers, "ag-ui")
     return await _continued(request, session, body, start, {approval_id for approval_id, _ in answers})
 
 
 async def _ag_ui_answered(
-    request: web.Request, context: Context, body: RunAgentInput, results: list[tuple[str, ToolResultRequest]]
+    request: web.Request,
+    context: Context,
+    body: RunAgentInput,
+    results: list[tuple[str, ToolResultRequest]],
+    agent: str | None,
 ) -> web.StreamResponse:
     """A run whose tool messages answer the client tool calls the thread's query waits on: the
     rest of that query."""
     session = await context.sessions.get_owned(body.thread_id, owner_of(request))
+    check_bound(context.agents, session.agent, agent)
     start = query_start(session)
     await answer_tool_results(context, session, results, "ag-ui")
     return await _continued(request, session, body, start, {client_tool_key(call) for call, _ in results})
@@ -164,4 +183,6 @@ async def ag_ui_events(request: web.Request) -> web.StreamResponse:
 def add_routes(app: web.Application) -> None:
     """Register AG-UI's routes."""
     app.router.add_post("/ag-ui", ag_ui_run)
+    # One segment, POST only: it cannot meet the events' two-segment GET, whatever the order.
+    app.router.add_post("/ag-ui/{agent}", ag_ui_run)
     app.router.add_get("/ag-ui/{session_id}/events", ag_ui_events)

@@ -3,8 +3,8 @@ reads from it: the last user message (the new query, its id the message's), the 
 of tool parts in state ``approval-responded``, or the results of the browser's own tools (tool
 parts ``tool-<name>`` in state ``output-available`` / ``output-error``).
 
-The ``tools`` map and ``multitask_strategy`` are not the SDK's own fields: a front end adds them
-with the transport's ``body`` option, and they come on every request it makes.
+The ``tools`` map, ``multitask_strategy`` and ``agent`` are not the SDK's own fields: a front end
+adds them with the transport's ``body`` option, and they come on every request it makes.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from service.transports.edge.inputs import (
+    AgentName,
     ApprovalAnswer,
     ClientTool,
     Strategy,
@@ -55,7 +56,7 @@ ToolName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 
 class ChatRequest(BaseModel):
     """Body of ``POST /api/chat``: what ``DefaultChatTransport.sendMessages`` sends, with the
-    ``body`` a front end gives the transport (``tools``, ``multitask_strategy``)."""
+    ``body`` a front end gives the transport (``tools``, ``multitask_strategy``, ``agent``)."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -68,6 +69,13 @@ class ChatRequest(BaseModel):
     )
     multitask_strategy: Strategy = Field(
         "reject", description="What this message does while a query runs in the chat."
+    )
+    agent: AgentName | None = Field(
+        None,
+        description=(
+            "The agent of a new chat (one of `GET /agents`; the default one when left out). An "
+            "existing chat keeps its agent: naming another is a 409 `agent_mismatch`."
+        ),
     )
 
 

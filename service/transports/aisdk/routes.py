@@ -1,7 +1,8 @@
 """The Vercel AI SDK's routes: ``useChat`` with ``DefaultChatTransport``, its resume, and the chat
 to show again.
 
-- ``POST /api/chat``: the chat ``id`` names the caller's session (made on first use), the last
+- ``POST /api/chat``: the chat ``id`` names the caller's session (made on first use, of the
+  body's ``agent``: an existing chat keeps its own, and naming another is a 409), the last
   user message is the new query and keeps its id; the reply is the query's UI message stream
   (:mod:`service.transports.aisdk.projector`), whose ``start`` carries the id the server keeps
   the answer by. ``trigger`` and ``messageId`` say what the message does (see :func:`_actions`):
@@ -32,6 +33,7 @@ from aiohttp import web
 
 from service import jsonsafe
 from service.core import conversation
+from service.core.agents import check_bound
 from service.core.events import client_tool_key
 from service.core.options import RunOptions
 from service.core.sessions import Session, valid_client_id
@@ -88,11 +90,13 @@ async def chat(request: web.Request) -> web.StreamResponse:
     async with context.stream_slot(TRANSPORT, owner_of(request)):
         if answers:
             session = await context.sessions.get_owned(body.id, owner_of(request))
+            check_bound(context.agents, session.agent, body.agent)
             start = query_start(session)
             await answer_all(context, session, answers, BY)
             return await _rest_of_query(request, context, session, start, {key for key, _ in answers})
         if results:
             session = await context.sessions.get_owned(body.id, owner_of(request))
+            check_bound(context.agents, session.agent, body.agent)
             start = query_start(session)
             await answer_tool_results(context, session, results, BY)
             keys = {client_tool_key(call) for call, _ in results}
@@ -104,6 +108,8 @@ async def chat(request: web.Request) -> web.StreamResponse:
             query,
             options=lambda session: _options(context, session, body, tools),
             strategy=body.multitask_strategy,
+            agent=body.agent,
+            client_tools=len(tools),
         )
         return await serve(
             request,

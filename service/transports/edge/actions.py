@@ -6,7 +6,8 @@
   and its question answered again. The cut is the run's first step, logged as
   ``conversation_rewound`` (see :mod:`service.core.conversation`).
 - Tools a client declares are offered beside the service's own; one whose name is a service
-  tool's is refused (a 422), since the model could not tell them apart.
+  tool's is refused (a 422), since the model could not tell them apart, and so is any to a
+  session whose agent is defined with ``client_tools = false`` (``client_tools_refused``).
 - A client tool's result is taken once, whichever tab or instance sends it
   (:meth:`~service.core.sessions.SessionStore.answer_approval`); one for a call the session does
   not wait on is a 404, one already answered a 409.
@@ -19,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from service.core import conversation
+from service.core.agents import check_client_tools
 from service.core.events import ClientToolResult, client_tool_key
 from service.core.multitask import Sent
 from service.core.options import RunOptions
@@ -28,9 +30,14 @@ from service.transports.edge.context import Context
 from service.transports.edge.inputs import ClientTool, MessageRequest, ToolResultRequest, check_length
 
 
-def client_tool_specs(context: Context, tools: Sequence[ClientTool] | None) -> tuple[dict[str, Any], ...]:
+def client_tool_specs(
+    context: Context, tools: Sequence[ClientTool] | None, agent: str | None = None
+) -> tuple[dict[str, Any], ...]:
     """The specs the agent offers for a client's tools; a clash with a service tool, or a name
-    given twice, is a :class:`ClientToolError` (422)."""
+    given twice, is a :class:`ClientToolsInvalid` (422), and so are any tools at all for an
+    ``agent`` that takes none (:class:`~service.errors.ClientToolsRefused`)."""
+    if agent is not None:
+        check_client_tools(context.agents, agent, len(tools or ()))
     specs: dict[str, dict[str, Any]] = {}
     for tool in tools or ():
         if tool.name in specs:
@@ -77,7 +84,7 @@ def options_for(
     elif message_id is not None:
         fields["message_id"] = message_id
     if tools:
-        fields.update(client_tools=client_tool_specs(context, tools), client_tools_wait=True)
+        fields.update(client_tools=client_tool_specs(context, tools, session.agent), client_tools_wait=True)
     return dataclasses.replace(options, **fields) if fields else options
 
 

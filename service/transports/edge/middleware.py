@@ -15,6 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from service.errors import (
+    AgentMismatch,
     ConversationError,
     DatabaseUnavailable,
     EventsPurged,
@@ -178,6 +179,8 @@ def _error_answer(request: web.Request, exc: Exception) -> web.StreamResponse:
         return error_response(exc.status, str(exc), code=exc.code)
     if isinstance(exc, UnknownAgent):
         return error_response(exc.status, str(exc), code=exc.code, agents=exc.known)
+    if isinstance(exc, AgentMismatch):
+        return error_response(exc.status, str(exc), code=exc.code, agent=exc.bound)
     if isinstance(exc, tuple(_DOMAIN_ERRORS)):
         status, message = _DOMAIN_ERRORS[type(exc)]
         code = _UNAVAILABLE_CODES.get(type(exc))

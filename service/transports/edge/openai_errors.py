@@ -15,8 +15,9 @@ from aiohttp import web
 
 from service import jsonsafe
 from service.config import Settings
-from service.core.agents import AgentDirectory
+from service.core.agents import AgentDirectory, check_client_tools
 from service.core.events import RunError
+from service.errors import ClientToolsRefused
 
 PREFIX = "/v1/"
 _STATUS_CLASSES: dict[int, type[web.HTTPException]] = {
@@ -87,6 +88,15 @@ def agent_for_model(directory: AgentDirectory, settings: Settings, model: str) -
         "model_not_found",
         "model",
     )
+
+
+def require_client_tools_taken(directory: AgentDirectory, agent: str, count: int) -> None:
+    """A 400 ``client_tools_refused`` (param ``tools``) when a request offers ``count`` tools of
+    its own to an agent defined with ``client_tools = false``."""
+    try:
+        check_client_tools(directory, agent, count)
+    except ClientToolsRefused as exc:
+        raise openai_error(400, str(exc), exc.code, "tools") from None
 
 
 def require_unicode(data: Any) -> None:

@@ -1,7 +1,7 @@
 """The MCP face's protocol side: the tools, built on the official SDK's low-level ``Server``.
 
 The SDK handles the protocol (``initialize`` negotiation, request validation, ``ping``,
-method-not-found, result shapes); this module gives it five tools over the same core the HTTP
+method-not-found, result shapes); this module gives it six tools over the same core the HTTP
 and WebSocket transports use, and the ``logging/setLevel`` handler that turns on event
 notifications. The HTTP side (:mod:`service.transports.mcp`) hands every request's aiohttp
 ``Request`` to the handlers as ``ctx.request``; from it they take the context, the caller's
@@ -9,8 +9,9 @@ owner id and the MCP session.
 
 Tools (seed 004):
 
-- ``session_message``: start a query, in a new session or an existing one (``multitask_strategy``
-  says what it does while one runs); answers at once with
+- ``session_create``: a new idle session of the agent named (``agent``; the default one without).
+- ``session_message``: start a query, in a new session (of ``agent``) or an existing one
+  (``multitask_strategy`` says what it does while one runs); answers at once with
   the session id and the index to poll from (``wait: true`` waits for the answer instead).
 - ``session_events``: the events after ``since_index`` and the next index, as
   ``GET /sessions/{id}/events/poll``; unaffected by notifications.
@@ -35,9 +36,11 @@ from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from service import jsonsafe
+from service.core.agents import check_bound, chosen
 from service.core.events import RunDone, RunError, TextDelta, is_terminal
 from service.core.sessions import ACTIVE, RUNNING, Session
 from service.errors import (
+    AgentMismatch,
     ApprovalError,
     DatabaseUnavailable,
     Overloaded,
@@ -46,11 +49,12 @@ from service.errors import (
     SessionLimitReached,
     SessionNotFound,
     StoreUnavailable,
+    UnknownAgent,
 )
 from service.transports.edge import approvals
 from service.transports.edge.auth import owner_of
 from service.transports.edge.context import Context, context_of
-from service.transports.edge.inputs import ApprovalAnswer, MaxTurns, Strategy, Text
+from service.transports.edge.inputs import AgentName, ApprovalAnswer, MaxTurns, Strategy, Text
 from service.transports.edge.quotas import quota_fields
 from service.transports.stream import session as dialect
 from service.transports.stream.follow import ThroughRun
@@ -89,6 +93,13 @@ class MessageArgs(_Arguments):
     """``session_message``'s arguments."""
 
     session_id: SessionId | None = Field(None, description="Continue this session; omit to start a new one.")
+    agent: AgentName | None = Field(
+        None,
+        description=(
+            "The agent of the new session (one of GET /agents; the default one when omitted). With "
+            "a session_id it must be that session's agent: a session keeps its agent."
+        ),
+    )
     content: Text = Field(description="The user's message.")
     max_turns: MaxTurns = Field(None, description="Model turns allowed for this query.")
     wait: bool = Field(
@@ -101,6 +112,14 @@ class MessageArgs(_Arguments):
             "While a query runs: reject (an error), enqueue (start after it), interrupt (cancel it), "
             "rollback (cancel it and cut its message away)."
         ),
+    )
+
+
+class CreateArgs(_Arguments):
+    """``session_create``'s arguments."""
+
+    agent: AgentName | None = Field(
+        None, description="The session's agent (one of GET /agents); the default one when omitted."
     )
 
 
@@ -140,6 +159,11 @@ def _schema(model: type[BaseModel]) -> dict[str, Any]:
 
 
 TOOLS: dict[str, tuple[type[BaseModel], str]] = {
+    "session_create": (
+        CreateArgs,
+        "Make a new, idle agent session of the agent named (the service's default agent when agent "
+        "is omitted); pass its session_id to session_message. A session keeps its agent for life.",
+    ),
     "session_message": (
         MessageArgs,
         "Send a message to an agent session (a new one unless session_id is given). The query runs "
@@ -192,7 +216,7 @@ _DOMAIN_MESSAGES: dict[type[Exception], str] = {
 
 
 class Tools:
-    """The four tools on one request's context, owner and MCP session."""
+    """The tools on one request's context, owner and MCP session."""
 
     def __init__(self, request: web.Request, mcp_session: Follows) -> None:
         self.request = request
@@ -208,9 +232,12 @@ class Tools:
         if len(args.content) > context.settings.max_message_chars:
             raise ToolFailed(f"content is longer than {context.settings.max_message_chars} characters")
         if args.session_id is None:
-            session = await context.sessions.create(owner=self.owner)
+            session = await context.sessions.create(
+                owner=self.owner, agent=chosen(context.agents, args.agent)
+            )
         else:
             session = await self._session(args.session_id)
+            check_bound(context.agents, session.agent, args.agent)
         after = await session.log.last_id()
         # Followed before the query starts, so the stream misses none of its events.
         self.mcp_session.follow(session, after)
@@ -232,6 +259,11 @@ class Tools:
             reply.update(await _await_answer(session, after, progress))
             reply["status"] = session.status
         return reply
+
+    async def session_create(self, args: CreateArgs) -> dict[str, Any]:
+        context = self.context
+        session = await context.sessions.create(owner=self.owner, agent=chosen(context.agents, args.agent))
+        return {"session_id": session.id, "agent": session.agent, "status": session.status}
 
     async def session_events(self, args: EventsArgs) -> dict[str, Any]:
         session = await self._session(args.session_id)
@@ -319,6 +351,8 @@ async def call_tool(
     try:
         if isinstance(args, MessageArgs):
             return _result(await tools.session_message(args, progress))
+        if isinstance(args, CreateArgs):
+            return _result(await tools.session_create(args))
         if isinstance(args, EventsArgs):
             return _result(await tools.session_events(args))
         if isinstance(args, ApproveArgs):
@@ -330,6 +364,10 @@ async def call_tool(
         return _failure(str(exc))
     except QuotaExceeded as exc:
         return _failure(exc.message, **quota_fields(exc))
+    except UnknownAgent as exc:
+        return _failure(str(exc), code=exc.code, agents=exc.known)
+    except AgentMismatch as exc:
+        return _failure(str(exc), code=exc.code, agent=exc.bound)
     except tuple(_DOMAIN_MESSAGES) as exc:
         code = type(exc).__name__
         message = next(text for kind, text in _DOMAIN_MESSAGES.items() if isinstance(exc, kind))

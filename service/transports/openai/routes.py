@@ -40,6 +40,7 @@ from service.transports.edge.openai_errors import (
     agent_for_model,
     error_body,
     openai_error,
+    require_client_tools_taken,
     require_unicode,
     reshaped,
     run_error_status,
@@ -107,6 +108,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         query = to_query(body)
     except ConversationError as exc:
         raise openai_error(400, exc.message, "invalid_value", exc.param) from None
+    require_client_tools_taken(context.agents, agent, len(query.options.client_tools))
     if len(query.text) > settings.max_message_chars:
         raise openai_error(
             400,

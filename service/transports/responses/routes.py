@@ -52,6 +52,7 @@ from service.transports.edge.openai_errors import (
     agent_for_model,
     error_body,
     openai_error,
+    require_client_tools_taken,
     require_unicode,
     reshaped,
     run_error_status,
@@ -308,6 +309,7 @@ async def create(request: web.Request) -> web.StreamResponse:
         query = to_query(body, _pending(session.messages) if session is not None else None, answers)
     except InputError as exc:
         raise openai_error(400, exc.message, "invalid_value", exc.param) from None
+    require_client_tools_taken(context.agents, agent, len(query.client_tools))
     if len(query.text) > settings.max_message_chars:
         raise openai_error(
             400,

@@ -10,10 +10,12 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from service.core.agents import check_bound, check_client_tools, chosen
 from service.core.events import ClientToolRequest, StatusChange, ToolApprovalRequest, is_terminal
 from service.core.log import LogEntry
 from service.core.options import RunOptions
 from service.core.sessions import WAITING, Session
+from service.errors import SessionNotFound
 from service.transports.edge.auth import owner_of
 from service.transports.edge.context import Context
 from service.transports.edge.inputs import check_length, last_event_id
@@ -49,16 +51,34 @@ async def start_query(
     query: str,
     options: Callable[[Session], RunOptions] | None = None,
     strategy: str = "reject",
+    agent: str | None = None,
+    client_tools: int = 0,
 ) -> tuple[Session, int, list[dict[str, Any]]]:
-    """The caller's session of that id (made on first use) with ``query`` started in it (its
-    ``options`` made from the session as it stands), the id its events come after, and the
-    conversation before it (ids are per owner: see
+    """The caller's session of that id (made on first use, of ``agent`` or the default one) with
+    ``query`` started in it (its ``options`` made from the session as it stands), the id its
+    events come after, and the conversation before it (ids are per owner: see
     :meth:`~service.core.sessions.SessionStore.open`). While a query runs, ``strategy`` decides
     (see :mod:`service.core.multitask`): a 409, or this one waits its turn, or the running one
-    stops; the stream starts with the first event this query logs (a rewind's, if it makes one)."""
+    stops; the stream starts with the first event this query logs (a rewind's, if it makes one).
+
+    Refused before any session is made or stream starts: an unknown ``agent`` (422 naming the
+    known ones), one other than an existing session's (409: a session keeps its agent), and
+    ``client_tools`` (how many the query brings) for an agent that takes none (422)."""
     if query:
         check_length(context.settings, query, "message")
-    session = await context.sessions.open(session_id, owner_of(request))
+    directory = context.agents
+    wanted = chosen(directory, agent)
+    owner = owner_of(request)
+    if agent or client_tools:  # only then can the request be refused for its session's agent
+        try:
+            bound: str | None = (await context.sessions.get_owned(session_id, owner)).agent
+        except SessionNotFound:
+            bound = None
+        if bound is not None:
+            check_bound(directory, bound, agent)
+        check_client_tools(directory, bound or wanted, client_tools)
+    session = await context.sessions.open(session_id, owner, agent=wanted)
+    check_bound(directory, session.agent, agent)  # made by another first use at the same moment
     history = list(session.messages)  # before the query adds to it
     sent = await context.multitask.send(
         session, query, None, options(session) if options is not None else None, strategy

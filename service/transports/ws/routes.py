@@ -19,6 +19,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from pydantic import BaseModel, ValidationError
 
 from service import jsonsafe
+from service.core.agents import chosen
 from service.core.log import LogEntry
 from service.core.run_state import Run
 from service.core.sessions import Session
@@ -31,6 +32,7 @@ from service.errors import (
     SessionLimitReached,
     SessionNotFound,
     StoreUnavailable,
+    UnknownAgent,
 )
 from service.transports.edge import actions, approvals
 from service.transports.edge.auth import TOKEN_EXPIRED, at_expiry, origin_allowed, owner_of
@@ -166,6 +168,8 @@ class Connection:
         except SessionNotFound:
             missing = ClientError("not_found", "Session not found", session_id=message.get("session_id"))
             await self.handle_error(missing, request_type)
+        except UnknownAgent as exc:  # the known agents listed, as the HTTP 422 lists them
+            await self.handle_error(ClientError(exc.code, str(exc), agents=exc.known), request_type)
         except StoreUnavailable as exc:  # a dependency down: refused as a 503 is, the socket stays open
             code, why = unavailable_reply(exc)
             await self.handle_error(ClientError(code, why, **_ids(message)), request_type)
@@ -254,13 +258,26 @@ class Connection:
         reply = await approvals.answer_message(self.context, session, approval_id, message, "ws")
         await self.emit_json({"type": "approval_answered", "session_id": session.id, **reply})
 
+    async def _create(self, message: dict[str, Any]) -> None:
+        """A new idle session of the agent named (the default one without ``agent``), for the
+        client to subscribe to and send messages in, as ``POST /sessions`` makes."""
+        agent = chosen(self.context.agents, _optional_str(message, "agent"))
+        try:
+            session = await self.context.sessions.create(owner=self.owner, agent=agent)
+        except SessionLimitReached as exc:
+            raise ClientError("overloaded", str(exc)) from None
+        except QuotaExceeded as exc:
+            raise _quota_error(exc) from None
+        await self.emit_json({"type": "created", "session_id": session.id, "agent": session.agent})
+
     async def _run(self, message: dict[str, Any]) -> None:
         text = _required_str(message, "message")
         if not text.strip():
             raise ClientError("invalid", "message must not be blank")
         max_turns = _optional_int(message, "max_turns")
+        agent = chosen(self.context.agents, _optional_str(message, "agent"))
         self._check_query(text, max_turns)
-        session = await self._create_ephemeral()
+        session = await self._create_ephemeral(agent)
         self.ephemeral.add(session.id)
         try:
             # Started before the client hears of the session: a refused run (overloaded, a quota)
@@ -276,6 +293,7 @@ class Connection:
 
     _handlers = {
         "ping": _ping,
+        "create": _create,
         "subscribe": _subscribe,
         "unsubscribe": _unsubscribe,
         "message": _message,
@@ -291,9 +309,9 @@ class Connection:
         session_id = _required_str(message, "session_id")
         return await self.context.sessions.get_owned(session_id, self.owner)
 
-    async def _create_ephemeral(self) -> Session:
+    async def _create_ephemeral(self, agent: str) -> Session:
         try:
-            return await self.context.sessions.create(ephemeral=True, owner=self.owner)
+            return await self.context.sessions.create(ephemeral=True, owner=self.owner, agent=agent)
         except SessionLimitReached as exc:
             raise ClientError("overloaded", str(exc)) from None
 
@@ -475,6 +493,15 @@ def _required_str(message: dict[str, Any], name: str) -> str:
     value = message.get(name)
     if not isinstance(value, str) or not value:
         raise ClientError("invalid", f"{name} (a non-empty string) is required")
+    return value
+
+
+def _optional_str(message: dict[str, Any], name: str) -> str | None:
+    value = message.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ClientError("invalid", f"{name} must be a non-empty string")
     return value
 
 
