@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import openai
@@ -20,30 +19,16 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from tests.conftest import ClientFactory, sse_events
+from tests.transports.test_openai_chat import (  # noqa: F401 - the fixture closes the clients
+    _close_openai_clients,
+    openai_client,
+)
 
 WAIT_S = 20.0
 # A canonical piece of the answer: ("text", piece), ("reasoning", piece),
 # ("call", tool use id, tool name, input), ("result", tool use id, output, is_error),
 # ("end", status).
 Piece = tuple[Any, ...]
-
-_OPENED: list[openai.AsyncOpenAI] = []
-
-
-@pytest.fixture(autouse=True)
-async def _close_openai_clients() -> AsyncIterator[None]:
-    """Close the test's clients on its own loop (one left to the garbage collector closes
-    itself later, on a loop that is gone)."""
-    yield
-    while _OPENED:
-        await _OPENED.pop().close()
-
-
-def openai_client(client: TestClient) -> openai.AsyncOpenAI:
-    api = openai.AsyncOpenAI(base_url=str(client.make_url("/v1")), api_key="unused", max_retries=0)
-    _OPENED.append(api)
-    return api
-
 
 # --- each face mapped to the canonical list --------------------------------------------------------
 

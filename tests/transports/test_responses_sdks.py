@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import openai
@@ -24,6 +23,10 @@ from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
 from tests.conftest import ClientFactory, sse_blocks
+from tests.transports.test_openai_chat import (  # noqa: F401 - the fixture closes the clients
+    _close_openai_clients,
+    openai_client,
+)
 
 ASK_WEATHER = 'What is the weather in Paris? [emu:tool=get_weather] [emu:tool_input={"city": "Paris"}]'
 WEATHER = {
@@ -33,23 +36,12 @@ WEATHER = {
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
 }
 STREAM_EVENT: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
-_OPENED: list[openai.AsyncOpenAI] = []
 
 
 @pytest.fixture(autouse=True)
-async def _sdk_setup() -> AsyncIterator[None]:
-    """Nothing of the Agents SDK's goes to OpenAI (its tracing exporter would); the test's
-    clients are closed on its own loop."""
+def _no_tracing() -> None:
+    """Nothing of the Agents SDK's goes to OpenAI (its tracing exporter would)."""
     set_tracing_disabled(True)
-    yield
-    while _OPENED:
-        await _OPENED.pop().close()
-
-
-def openai_client(client: TestClient) -> openai.AsyncOpenAI:
-    api = openai.AsyncOpenAI(base_url=str(client.make_url("/v1")), api_key="unused", max_retries=0)
-    _OPENED.append(api)
-    return api
 
 
 async def responses_model(client: TestClient) -> tuple[openai.AsyncOpenAI, OpenAIResponsesModel]:
