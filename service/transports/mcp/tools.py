@@ -79,7 +79,8 @@ INSTRUCTIONS = (
     "Agent sessions. Call session_message to ask a question (it returns at once with a session id; "
     "pass that id again to continue the conversation). Follow the answer with session_events "
     "(pass next_index back as since_index), or set a logging level and receive each event as a "
-    "log notification."
+    "log notification. Where the service runs several agents, session_create (or session_message "
+    "without a session id) takes the agent's name; a session keeps its agent."
 )
 
 SessionId = Annotated[str, Field(min_length=1, max_length=128)]
