@@ -3,6 +3,7 @@ session was made for; a hash written before agents had names reads ``default``."
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from service.core.records import SessionRecord
@@ -15,15 +16,33 @@ from tests.support.redis_server import RedisServer
 PREFIX = "agents"
 
 
-def instance_settings(redis: RedisServer, name: str, **more: Any) -> dict[str, Any]:
-    return {"redis_url": redis.url, "redis_prefix": PREFIX, "instance_id": name, **more}
+# The agents the sessions below are made for: a query resolves its session's agent by name.
+AGENTS = """
+[agents.default]
+[agents.support]
+system_prompt = "You help with orders."
+[agents.research]
+tools = []
+"""
+
+
+def instance_settings(redis: RedisServer, name: str, tmp_path: Path, **more: Any) -> dict[str, Any]:
+    agents = tmp_path / "agents.toml"
+    agents.write_text(AGENTS)
+    return {
+        "redis_url": redis.url,
+        "redis_prefix": PREFIX,
+        "instance_id": name,
+        "agents_file": str(agents),
+        **more,
+    }
 
 
 async def test_a_session_made_on_one_instance_has_its_agent_on_the_other(
-    own_redis: RedisServer, make_client: ClientFactory
+    own_redis: RedisServer, make_client: ClientFactory, tmp_path: Path
 ) -> None:
-    one = await make_client(**instance_settings(own_redis, "one"))
-    two = await make_client(**instance_settings(own_redis, "two"))
+    one = await make_client(**instance_settings(own_redis, "one", tmp_path))
+    two = await make_client(**instance_settings(own_redis, "two", tmp_path))
     made = await services_of(one).sessions.create(agent="support")
     opened = await services_of(one).sessions.open("chat-9", "", agent="research")
     plain = await services_of(one).sessions.create()
@@ -70,8 +89,8 @@ async def test_redis_and_the_database_keep_the_agent_when_the_live_tier_lost_the
     own_redis: RedisServer, make_client: ClientFactory, tmp_path: Any
 ) -> None:
     database = f"sqlite+aiosqlite:///{tmp_path / 'agentstream.db'}"
-    one = await make_client(**instance_settings(own_redis, "one", database_url=database))
-    two = await make_client(**instance_settings(own_redis, "two", database_url=database))
+    one = await make_client(**instance_settings(own_redis, "one", tmp_path, database_url=database))
+    two = await make_client(**instance_settings(own_redis, "two", tmp_path, database_url=database))
     made = await services_of(one).sessions.create(agent="support")
     await ask(one, made.id, "Hello")
     backend = services_of(one).sessions.live.backend
