@@ -248,6 +248,7 @@ class OpenAIProvider:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.url = f"{self.base_url}/chat/completions"
+        self.server_url = self.base_url  # for traces' server.address
         self.model_id = model_id
         self.max_concurrent_runs = max_concurrent_runs
         self.max_attempts = max(1, max_attempts)
