@@ -417,8 +417,8 @@ def create_app(
     app = web.Application(
         client_max_size=settings.max_request_bytes,
         middlewares=[
-            tracing_middleware,  # outermost: the server span holds the whole answer
-            admission_middleware,
+            admission_middleware,  # first: a request waiting for its turn does no other work
+            tracing_middleware,  # then the server span, holding the whole answer
             error_middleware,
             auth.access_middleware,
             quota_middleware,

@@ -112,4 +112,3 @@ def abandon(span: Span) -> None:
     """End the span of a call the query stopped waiting for (it was cancelled)."""
     fail(span, CANCELLED, "the query stopped before the tool answered")
     span.end()
-

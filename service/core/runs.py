@@ -196,7 +196,8 @@ class RunManager:
         run.span = traces.start_query(
             self.tracer, run.agent, getattr(run.agent, "name", session.agent), session.id
         )
-        context.run(traces.make_current, run.span)
+        if run.span.get_span_context().is_valid:  # the no-op tracer's span is not: nothing to do
+            context.run(traces.make_current, run.span)
         run.task = asyncio.create_task(self._drive(run), name=f"run-{session.id}", context=context)
         return run
 
