@@ -331,6 +331,7 @@ class AgentLoop:
         the result or the error lands in ``into``."""
         hand_down = emit and sink is not None
         span = spans.start_chat(self.tracer, provider, request)
+        request = spans.carry(span, request)
         started, first_at = spans.now(), 0.0
         stopped: BaseException | None = None
         try:

@@ -8,10 +8,12 @@ by the loop where it already notes that the client has seen part of the turn.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from typing import Any
 from urllib.parse import urlsplit
 
+from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Tracer
 
 from service.agent.query import Turn
@@ -51,6 +53,16 @@ def start_chat(tracer: Tracer, provider: ModelProvider, request: ModelRequest) -
             attributes["server.port"] = port
         span.set_attributes(attributes)
     return span
+
+
+def carry(span: Span, request: ModelRequest) -> ModelRequest:
+    """``request`` with the turn's trace context in its headers, for the upstream to continue the
+    trace (the OpenAI-compatible wire sends them); as it is when traces are off."""
+    if not span.get_span_context().is_valid:
+        return request
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier, context=trace.set_span_in_context(span))
+    return dataclasses.replace(request, headers=tuple(carrier.items()))
 
 
 def retried(span: Span, error: ProviderError, attempt: int, delay_s: float) -> None:

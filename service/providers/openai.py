@@ -316,7 +316,10 @@ class OpenAIProvider:
                 complete = False
                 try:
                     try:
-                        response = await session.post(self.url, data=payload, headers=self._headers)
+                        headers = (
+                            {**self._headers, **dict(request.headers)} if request.headers else self._headers
+                        )
+                        response = await session.post(self.url, data=payload, headers=headers)
                         if response.status >= 400:
                             raise await _http_error(response)
                         reader = SSELineReader()

@@ -295,6 +295,9 @@ async def test_an_agent_on_the_openai_wire_names_its_provider_and_model(
     assert chat.attributes["gen_ai.provider.name"] == "openai"
     assert chat.attributes["server.address"] == urlsplit(services_of(client).emulator.url).hostname
     assert chat.attributes["gen_ai.usage.output_tokens"] == events[-1]["usage"]["output_tokens"]
+    # The upstream request carried the turn's trace context: the model's side continues the trace.
+    (asked,) = [r for r in services_of(client).emulator.records() if r.user_text.startswith("Hello")]
+    assert asked.traceparent.split("-")[:3] == ["00", chat.trace_id, chat.span_id]
 
 
 async def test_json_log_lines_of_a_query_carry_its_trace_and_span_ids(
