@@ -11,7 +11,7 @@ import asyncio
 import logging
 import signal
 from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
@@ -33,12 +33,14 @@ from service.monitor import LoopLagMonitor
 from service.providers.base import ModelProvider
 from service.quotas.local import Quotas
 from service.quotas.shared import SharedQuotas
+from service.telemetry import Telemetry, configure_telemetry
 from service.transports import agui, aisdk, mcp, native, openai, openapi, responses, ws
 from service.transports.edge import auth
 from service.transports.edge.admission import PER_TURN, REQUEST_ADMISSION, admission_middleware
 from service.transports.edge.context import CONTEXT, Context, Health
 from service.transports.edge.middleware import error_middleware
 from service.transports.edge.quotas import QUOTAS, quota_middleware
+from service.transports.edge.tracing import tracing_middleware
 from service.transports.stream import sse
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,7 @@ class Services(Context):
     emulator: Any = None
     backend: Any = None  # the Redis backend when AGENT_REDIS_URL is set
     records: Any = None  # the session database when AGENT_DATABASE_URL is not empty
+    telemetry: Telemetry = field(default_factory=Telemetry)  # traces (OTEL_*), off by default
 
 
 SERVICES = web.AppKey("services", Services)
@@ -220,6 +223,8 @@ def make_services(
     # The agents (AGENT_AGENTS_FILE, or the settings as one); their providers are made at
     # start-up (the embedded emulator must be listening first). A bad file stops the start here.
     catalog = AgentCatalog.from_settings(settings, executor, provider)
+    telemetry = configure_telemetry()  # OTEL_EXPORTER_OTLP_ENDPOINT and the like
+    catalog.tracer = telemetry.tracer
     backend, sessions, records = _make_stores(settings)
     metrics = Metrics()
     quotas: Quotas = Quotas.from_settings(settings)
@@ -244,6 +249,7 @@ def make_services(
                 timeout_s=settings.approval_timeout_s,
                 client_tool_timeout_s=settings.client_tool_timeout_s,
             ),
+            tracer=telemetry.tracer,
         ),
         catalog=catalog,
         agents=catalog,
@@ -254,6 +260,8 @@ def make_services(
         metrics=metrics,
         quotas=quotas,
         tool_schema=lambda name: getattr(executor.current().get(name), "input_schema", None),
+        tracer=telemetry.tracer,
+        telemetry=telemetry,
     )
     _track_state(services)
     services.health["store"] = _store_probe(services)
@@ -370,6 +378,7 @@ def _resources(
                 await provider.close()
             if emulator is not None:
                 emulator.stop()
+            await services.telemetry.shutdown()  # the last spans (the runs' ends) go out
 
     return resources
 
@@ -408,7 +417,8 @@ def create_app(
     app = web.Application(
         client_max_size=settings.max_request_bytes,
         middlewares=[
-            admission_middleware,
+            admission_middleware,  # first: a request waiting for its turn does no other work
+            tracing_middleware,  # then the server span, holding the whole answer
             error_middleware,
             auth.access_middleware,
             quota_middleware,

@@ -12,21 +12,29 @@ import json
 import logging
 import time
 
+from opentelemetry import trace
+
 session_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("session_id", default="")
 run_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("run_id", default="")
 
 
 class ContextFilter(logging.Filter):
-    """Put the current session and run ids on every record."""
+    """Put the current session and run ids on every record, and the current span's trace and span
+    ids when traces are on (service.telemetry): a log line leads to its place in the trace."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         record.session_id = session_id_var.get()
         record.run_id = run_id_var.get()
+        span = trace.get_current_span().get_span_context()
+        if span.is_valid:
+            record.trace_id = trace.format_trace_id(span.trace_id)
+            record.span_id = trace.format_span_id(span.span_id)
         return True
 
 
 class JsonFormatter(logging.Formatter):
-    """``{"ts", "level", "logger", "message", "session_id", "run_id", "exc"?}`` per line."""
+    """``{"ts", "level", "logger", "message", "session_id", "run_id", "trace_id"?, "span_id"?,
+    "exc"?}`` per line."""
 
     def format(self, record: logging.LogRecord) -> str:
         line = {
@@ -39,6 +47,9 @@ class JsonFormatter(logging.Formatter):
             "session_id": getattr(record, "session_id", "") or None,
             "run_id": getattr(record, "run_id", "") or None,
         }
+        trace_id = getattr(record, "trace_id", "")
+        if trace_id:
+            line["trace_id"], line["span_id"] = trace_id, getattr(record, "span_id", "")
         if record.exc_info:
             line["exc"] = self.formatException(record.exc_info)
         return json.dumps(line, ensure_ascii=False)

@@ -62,6 +62,9 @@ RULES: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
     ("service.sandbox", ("service.agent", "service.transports", "service.app"), ()),
     # Quota policy is the core's run gate: it knows nothing of HTTP.
     ("service.quotas", ("service.transports", "service.app", "aiohttp"), ()),
+    # Spans are started through OpenTelemetry's API; its SDK and exporter are set up in one place,
+    # and loaded only when traces are on.
+    ("service", ("opentelemetry.sdk", "opentelemetry.exporter"), ("service.telemetry",)),
 ]
 
 # Inside transports: the edge stands on nothing above it, the stream package on the edge alone,
@@ -210,3 +213,13 @@ def test_the_checks_see_a_forbidden_import_inside_a_function_and_a_cycle(tmp_pat
     assert found and "service.core.x imports service.transports" in found[0]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_only_the_telemetry_module_may_import_the_opentelemetry_sdk(tmp_path: Path) -> None:
+    source = "from opentelemetry.sdk.trace import TracerProvider\nfrom opentelemetry import trace\n"
+    path = tmp_path / "runs.py"
+    path.write_text(source, encoding="utf-8")
+    assert violations({"service.core.runs": path, "service.telemetry": path}) == [
+        "service.core.runs imports opentelemetry.sdk.trace",
+        "service.core.runs imports opentelemetry.sdk.trace.TracerProvider",
+    ]

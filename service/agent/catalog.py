@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from opentelemetry.trace import Tracer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from service.agent.loop import AgentLoop
@@ -46,6 +47,7 @@ from service.agent.tools import Tool, ToolExecutor
 from service.config import Settings
 from service.core.agents import AgentInfo
 from service.core.sessions import DEFAULT_AGENT
+from service.core.traces import NO_TRACER
 from service.errors import AgentStreamError, ProviderError, UnknownAgent
 from service.providers.base import ModelProvider
 
@@ -275,6 +277,7 @@ class AgentCatalog:
         self._emulator_url: str | None = None
         # Every agent's MCP servers, as one tool source of the executor (None while there are none).
         self.mcp_tools: McpToolSet | None = None
+        self.tracer: Tracer = NO_TRACER  # the app's (service.telemetry), set before start
 
     @classmethod
     def from_settings(
@@ -345,6 +348,7 @@ class AgentCatalog:
             model=definition.model,
             temperature=definition.temperature,
             max_turns=definition.max_turns,
+            tracer=self.tracer,
         )
 
     @property

@@ -34,6 +34,9 @@ from collections.abc import AsyncIterator, Callable, Collection
 from contextlib import aclosing
 from typing import Any
 
+from opentelemetry.trace import Tracer
+
+from service.agent import spans
 from service.agent.context import ContextWindow, Window
 from service.agent.query import Query, Turn
 from service.agent.tools import ToolExecutor, ToolOutcome
@@ -54,6 +57,7 @@ from service.core.events import (
     Usage,
 )
 from service.core.options import RunOptions
+from service.core.traces import NO_TRACER
 from service.errors import ModelStreamError, ProviderError
 from service.providers.base import ModelProvider, ModelRequest, PendingToolUse, TurnResult
 
@@ -85,8 +89,10 @@ class AgentLoop:
         model: str = "",
         temperature: float | None = None,
         max_turns: int | None = None,
+        tracer: Tracer | None = None,
     ) -> None:
         self.name = name
+        self.tracer = tracer or NO_TRACER
         self.model = model  # "" : the provider's own
         self.temperature = temperature
         self.max_turns = max_turns  # None: the run manager's default
@@ -324,43 +330,60 @@ class AgentLoop:
         """Stream one model turn, yielding its events (the text deltas ``sink`` takes excepted);
         the result or the error lands in ``into``."""
         hand_down = emit and sink is not None
-        for attempt in range(self.throttle_retries + 1):
-            seen: list[str] = []
-            into.seen = seen
-            emitted = False
+        span = spans.start_chat(self.tracer, provider, request)
+        request = spans.carry(span, request)
+        started, first_at = spans.now(), 0.0
+        stopped: BaseException | None = None
+        try:
+            for attempt in range(self.throttle_retries + 1):
+                seen: list[str] = []
+                into.seen = seen
+                emitted = False
 
-            def take(event: Event, seen: list[str] = seen) -> bool:
-                nonlocal emitted
-                if sink is None or not sink(event):
-                    return False
-                emitted = True
-                seen.append(event.text)  # type: ignore[attr-defined]  # providers offer text deltas only
-                return True
+                def take(event: Event, seen: list[str] = seen) -> bool:
+                    nonlocal emitted, first_at
+                    if sink is None or not sink(event):
+                        return False
+                    if not emitted:
+                        first_at = spans.now()
+                    emitted = True
+                    seen.append(event.text)  # type: ignore[attr-defined]  # providers offer text deltas only
+                    return True
 
-            extra: dict[str, Any] = {"sink": take} if hand_down else {}
-            try:
-                async with aclosing(provider.stream(request, turn, **extra)) as stream:
-                    async for item in stream:
-                        if isinstance(item, TurnResult):
-                            into.result = item
-                        elif emit:
-                            emitted = True
-                            if isinstance(item, TextDelta):
-                                into.seen.append(item.text)
-                            yield item
-                return
-            except ModelStreamError as error:
-                # The provider retried what failed before the stream; an error inside it (throttling,
-                # modelStreamError, internalServer, serviceUnavailable) is retried here, and only
-                # while the client has seen none of the turn: a replayed half-answer would show
-                # twice. Validation and access errors are not retryable and end the turn at once.
-                if not error.retryable or emitted or attempt == self.throttle_retries:
+                extra: dict[str, Any] = {"sink": take} if hand_down else {}
+                try:
+                    async with aclosing(provider.stream(request, turn, **extra)) as stream:
+                        async for item in stream:
+                            if isinstance(item, TurnResult):
+                                into.result = item
+                            elif emit:
+                                if not emitted:
+                                    first_at = spans.now()
+                                emitted = True
+                                if isinstance(item, TextDelta):
+                                    into.seen.append(item.text)
+                                yield item
+                    return
+                except ModelStreamError as error:
+                    # The provider retried what failed before the stream; an error inside it
+                    # (throttling, modelStreamError, internalServer, serviceUnavailable) is retried
+                    # here, and only while the client has seen none of the turn: a replayed
+                    # half-answer would show twice. Validation and access errors are not
+                    # retryable and end the turn at once.
+                    if not error.retryable or emitted or attempt == self.throttle_retries:
+                        into.error = error
+                        return
+                    delay = self.retry_delay(attempt)
+                    spans.retried(span, error, attempt, delay)
+                    await asyncio.sleep(delay)
+                except ProviderError as error:
                     into.error = error
                     return
-                await asyncio.sleep(self.retry_delay(attempt))
-            except ProviderError as error:
-                into.error = error
-                return
+        except BaseException as exc:
+            stopped = exc
+            raise
+        finally:
+            spans.end_chat(span, into, started, first_at, stopped)
 
     async def _decide(
         self, uses: list[PendingToolUse], turn: int, approve: Approver | None
@@ -407,10 +430,17 @@ class AgentLoop:
             else:
                 runnable.append((use.tool, use.tool_use_id, use.input))
         if runnable:
-            async with aclosing(self.tools.run_all(runnable)) as results:
-                async for outcome in results:
-                    outcomes[outcome.tool_use_id] = outcome
-                    yield _result_event(outcome, turn)
+            # One span per call, siblings under the query's: started together, as the calls run.
+            running = {call_id: spans.start_tool(self.tracer, tool, call_id) for tool, call_id, _ in runnable}
+            try:
+                async with aclosing(self.tools.run_all(runnable)) as results:
+                    async for outcome in results:
+                        spans.end_tool(running.pop(outcome.tool_use_id, None), outcome)
+                        outcomes[outcome.tool_use_id] = outcome
+                        yield _result_event(outcome, turn)
+            finally:
+                for span in running.values():
+                    spans.abandon(span)
 
     async def _client_tools(
         self,

@@ -144,6 +144,9 @@ class ToolOutcome:
     result: str
     is_error: bool
     duration_ms: float
+    # Why a failed call failed, for its span's error.type: timeout, unknown_tool, invalid_input
+    # or tool_error (empty: not known, as for a call the service did not run).
+    error_type: str = ""
 
 
 _JSON_TYPE_NAMES: dict[type, str] = {
@@ -301,7 +304,7 @@ class ToolExecutor:
         """Run one tool call; never raises except asyncio.CancelledError."""
         started = time.perf_counter()
 
-        def outcome(result: str, is_error: bool) -> ToolOutcome:
+        def outcome(result: str, is_error: bool, error_type: str = "tool_error") -> ToolOutcome:
             return ToolOutcome(
                 tool=tool,
                 tool_use_id=tool_use_id,
@@ -309,16 +312,17 @@ class ToolExecutor:
                 result=self._truncate(result),
                 is_error=is_error,
                 duration_ms=(time.perf_counter() - started) * 1000.0,
+                error_type=error_type if is_error else "",
             )
 
         offered = self.current()
         impl = offered.get(tool)
         if impl is None:
             available = ", ".join(offered) or "(none)"
-            return outcome(f"Unknown tool '{tool}'. Available tools: {available}", True)
+            return outcome(f"Unknown tool '{tool}'. Available tools: {available}", True, "unknown_tool")
         if not isinstance(input, dict):
             got = _JSON_TYPE_NAMES.get(type(input), type(input).__name__)
-            return outcome(f"Tool '{tool}' input must be a JSON object, got {got}", True)
+            return outcome(f"Tool '{tool}' input must be a JSON object, got {got}", True, "invalid_input")
 
         task = asyncio.current_task()
         # Compare against the count on entry, not zero: a caller that once swallowed a
@@ -336,7 +340,7 @@ class ToolExecutor:
             self._reraise_if_cancelled(task, cancelling_before)
             if deadline.expired():
                 # The tool turned our cancellation into another exception: still a timeout.
-                return outcome(self._timeout_message(tool), True)
+                return outcome(self._timeout_message(tool), True, "timeout")
             logger.info("tool %r (%s) failed", tool, tool_use_id, exc_info=True)
             return outcome(f"Tool '{tool}' failed: {describe_exception(exc)}", True)
         self._reraise_if_cancelled(task, cancelling_before)

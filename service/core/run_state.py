@@ -76,6 +76,7 @@ class Run:
     first_id: int = 0
     # The agent it runs with, as defined when it started (a reload changes later queries only).
     agent: Any = None
+    span: Any = None  # the query's invoke_agent span (service.core.traces), ended with the run
 
     async def wait(self) -> None:
         """Return once the run has written its terminal event."""

@@ -20,7 +20,9 @@ import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
-from service.core import conversation
+from opentelemetry.trace import Tracer
+
+from service.core import conversation, traces
 from service.core.approvals import ApprovalDesk, Approver
 from service.core.committer import Committer
 from service.core.conversation import rewind, text_of
@@ -73,6 +75,7 @@ class RunManager:
         default_max_turns: int = 10,
         max_concurrent: int = 256,
         approvals: ApprovalDesk | None = None,
+        tracer: Tracer = traces.NO_TRACER,
     ) -> None:
         # One agent for every session, or the agents by the name each session is bound to.
         self._agent = agent
@@ -83,6 +86,7 @@ class RunManager:
         self._gate = gate or NoGate()
         self._default_max_turns = default_max_turns
         self._max_concurrent = max_concurrent
+        self.tracer = tracer
         self._runs: dict[str, Run] = {}
         self._idle = asyncio.Event()
         self._idle.set()
@@ -187,6 +191,13 @@ class RunManager:
         context = contextvars.copy_context()
         context.run(session_id_var.set, session.id)
         context.run(run_id_var.set, run.id)
+        # The query's span, a child of the request's, and the parent of its model turns and
+        # tool calls (they start in the task, where it is the current span).
+        run.span = traces.start_query(
+            self.tracer, run.agent, getattr(run.agent, "name", session.agent), session.id
+        )
+        if run.span.get_span_context().is_valid:  # the no-op tracer's span is not: nothing to do
+            context.run(traces.make_current, run.span)
         run.task = asyncio.create_task(self._drive(run), name=f"run-{session.id}", context=context)
         return run
 
@@ -387,7 +398,9 @@ class RunManager:
         """The run no longer holds its session (see :class:`RunLost`): it ends here without a
         terminal event of its own, and is counted as ended all the same."""
         self._forget(run)
-        self._observer.run_finished(run.id, RunError(error=str(exc), code="run_lost"), appended=0)
+        lost = RunError(error=str(exc), code="run_lost")
+        self._end_span(run, lost)
+        self._observer.run_finished(run.id, lost, appended=0)
 
     def _ids_to_reserve(self, run: Run, taken: int) -> bool:
         """Whether the store must reserve more ids before the run's ``taken``-th event is logged."""
@@ -460,6 +473,7 @@ class RunManager:
         session.run_id, session.run_message, session.run_start_id = "", "", 0
         session.touch()
         self._observer.run_finished(run.id, terminal, appended=2)
+        self._end_span(run, terminal)  # before the terminal event is seen: its trace is whole
         log.info(
             "query ended: %s after %d turn(s)",
             getattr(terminal, "code", None) or getattr(terminal, "stop_reason", None) or terminal.type,
@@ -469,6 +483,12 @@ class RunManager:
             await released  # the owner's slot is free everywhere before anyone reads the end
         with _suppress_store_errors(run):
             await self._store_finish(run, [StatusChange(status=IDLE), terminal])
+
+    @staticmethod
+    def _end_span(run: Run, terminal: Event) -> None:
+        if run.span is not None:
+            span, run.span = run.span, None
+            traces.end_query(span, terminal)
 
     async def _store_finish(self, run: Run, events: list[Event]) -> None:
         if self._store is not None:

@@ -40,6 +40,7 @@ class RequestRecord:
     # a request came from.
     system: str = ""
     tools: tuple[str, ...] = ()
+    traceparent: str = ""  # the W3C trace context the request carried, if any
 
     def to_json(self) -> dict[str, Any]:
         """The record as a JSON-ready dict."""
@@ -55,7 +56,13 @@ class RecordStore:
         self._next_index = 0
 
     def open(
-        self, model_id: str, user_text: str, *, system: str = "", tools: tuple[str, ...] = ()
+        self,
+        model_id: str,
+        user_text: str,
+        *,
+        system: str = "",
+        tools: tuple[str, ...] = (),
+        traceparent: str = "",
     ) -> RequestRecord:
         """Create and keep a record for a request that starts now."""
         with self._condition:
@@ -66,6 +73,7 @@ class RecordStore:
                 started_at=time.monotonic(),
                 system=system,
                 tools=tools,
+                traceparent=traceparent,
             )
             self._next_index += 1
             self._records.append(record)

@@ -186,7 +186,12 @@ async def _converse_stream(request: web.Request) -> web.StreamResponse:
             context_tokens=config.context_tokens,
         )
 
-    record = store.open(request.match_info["modelId"], plan.user_text, **_asked(body))
+    record = store.open(
+        request.match_info["modelId"],
+        plan.user_text,
+        traceparent=request.headers.get("traceparent", ""),
+        **_asked(body),
+    )
     if plan.http_error is not None:
         headers, payload = error_body(plan.http_error)
         headers["x-amzn-RequestId"] = request_id
@@ -293,7 +298,9 @@ async def _chat_completions(request: web.Request) -> web.StreamResponse:
             )
     model = body.get("model") if isinstance(body, dict) and isinstance(body.get("model"), str) else ""
 
-    record = store.open(model, plan.user_text, **_asked(converted))
+    record = store.open(
+        model, plan.user_text, traceparent=request.headers.get("traceparent", ""), **_asked(converted)
+    )
     if plan.http_error is not None:
         status, headers, payload = error_response(plan.http_error)
         headers["x-request-id"] = request_id

@@ -38,6 +38,9 @@ class ModelRequest:
     # provider, and with it one connection pool, each naming its own model.
     model: str = ""
     temperature: float | None = None
+    # Headers for the upstream request: the turn's trace context (``traceparent``) when traces
+    # are on (service.agent.spans.carry).
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass

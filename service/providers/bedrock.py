@@ -232,6 +232,16 @@ class BedrockProvider:
             return self._idle.wait_for(lambda: self._active == 0, timeout)
 
     @property
+    def server_url(self) -> str:
+        """Where the turns go (for traces' ``server.address``): the endpoint configured, else
+        the region's Bedrock runtime."""
+        if self._client is not None:
+            return str(self._client.meta.endpoint_url)
+        return (
+            self._client_kwargs.get("endpoint_url") or f"https://bedrock-runtime.{self._region}.amazonaws.com"
+        )
+
+    @property
     def region(self) -> str:
         """The AWS region the client talks to."""
         return self._client.meta.region_name if self._client is not None else self._region

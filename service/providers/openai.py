@@ -248,6 +248,7 @@ class OpenAIProvider:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.url = f"{self.base_url}/chat/completions"
+        self.server_url = self.base_url  # for traces' server.address
         self.model_id = model_id
         self.max_concurrent_runs = max_concurrent_runs
         self.max_attempts = max(1, max_attempts)
@@ -315,7 +316,10 @@ class OpenAIProvider:
                 complete = False
                 try:
                     try:
-                        response = await session.post(self.url, data=payload, headers=self._headers)
+                        headers = (
+                            {**self._headers, **dict(request.headers)} if request.headers else self._headers
+                        )
+                        response = await session.post(self.url, data=payload, headers=headers)
                         if response.status >= 400:
                             raise await _http_error(response)
                         reader = SSELineReader()

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+from opentelemetry.trace import Tracer
 
 from service.config import Settings
 from service.core.agents import AgentDirectory, OneAgent, chosen
@@ -23,6 +24,7 @@ from service.core.multitask import Multitask
 from service.core.options import RunOptions
 from service.core.runs import RunManager
 from service.core.sessions import Session, SessionStore
+from service.core.traces import NO_TRACER
 from service.errors import SessionNotFound
 from service.metrics import Metrics
 from service.monitor import LoopLagMonitor
@@ -59,6 +61,8 @@ class Context:
     tool_schema: Callable[[str], dict[str, Any] | None] = field(default=lambda name: None)
     # The agents a session may be made for (see service.core.agents).
     agents: AgentDirectory = field(default_factory=OneAgent)
+    # Where spans go (service.telemetry; the API's no-op tracer when traces are off).
+    tracer: Tracer = NO_TRACER
     # Messages sent while a query runs (``multitask_strategy``), and this instance's queues.
     multitask: Multitask = field(init=False)
 

@@ -1,0 +1,126 @@
+"""The agent loop's spans: ``chat {model}`` per model turn and ``execute_tool {tool}`` per tool
+call (OpenTelemetry's GenAI conventions; see :mod:`service.core.traces` for the query's own).
+
+Everything here is per turn or per call, never per token: a turn's time to first chunk is taken
+by the loop where it already notes that the client has seen part of the turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+from opentelemetry import propagate, trace
+from opentelemetry.trace import Span, SpanKind, Tracer
+
+from service.agent.query import Turn
+from service.agent.tools import ToolOutcome
+from service.core.traces import CANCELLED, fail, provider_name
+from service.errors import ProviderError
+from service.providers.base import ModelProvider, ModelRequest
+
+TOOL_ERROR = "tool_error"
+now = time.perf_counter  # when a turn started and first answered: its time to first chunk
+
+
+def _server(provider: ModelProvider) -> tuple[str, int | None]:
+    url = getattr(provider, "server_url", "")
+    if not url:
+        return "", None
+    parts = urlsplit(url)
+    return parts.hostname or "", parts.port
+
+
+def start_chat(tracer: Tracer, provider: ModelProvider, request: ModelRequest) -> Span:
+    model = request.model or getattr(provider, "model_id", "") or ""
+    span = tracer.start_span(f"chat {model}".rstrip(), kind=SpanKind.CLIENT)
+    if span.is_recording():
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": provider_name(provider),
+            "gen_ai.request.model": model,
+            "gen_ai.request.max_tokens": request.max_tokens,
+        }
+        if request.temperature is not None:
+            attributes["gen_ai.request.temperature"] = request.temperature
+        address, port = _server(provider)
+        if address:
+            attributes["server.address"] = address
+        if port is not None:
+            attributes["server.port"] = port
+        span.set_attributes(attributes)
+    return span
+
+
+def carry(span: Span, request: ModelRequest) -> ModelRequest:
+    """``request`` with the turn's trace context in its headers, for the upstream to continue the
+    trace (the OpenAI-compatible wire sends them); as it is when traces are off."""
+    if not span.get_span_context().is_valid:
+        return request
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier, context=trace.set_span_in_context(span))
+    return dataclasses.replace(request, headers=tuple(carrier.items()))
+
+
+def retried(span: Span, error: ProviderError, attempt: int, delay_s: float) -> None:
+    """A turn's stream failed with a retryable error (throttling) and is asked again."""
+    if span.is_recording():
+        span.add_event(
+            "gen_ai.retry",
+            {"error.type": error.code, "retry.attempt": attempt + 1, "retry.delay_s": delay_s},
+        )
+
+
+def end_chat(span: Span, turn: Turn, started: float, first_at: float, stopped: BaseException | None) -> None:
+    """End a model turn's span with what the turn produced, or how it failed."""
+    if span.is_recording():
+        if first_at:
+            span.set_attribute("gen_ai.response.time_to_first_chunk", first_at - started)
+        result = turn.result
+        if result is not None:
+            span.set_attributes(
+                {
+                    "gen_ai.response.finish_reasons": (result.stop_reason,),
+                    "gen_ai.usage.input_tokens": result.usage.input_tokens,
+                    "gen_ai.usage.output_tokens": result.usage.output_tokens,
+                }
+            )
+        if turn.error is not None:
+            fail(span, turn.error.code, turn.error.message)
+        elif isinstance(stopped, asyncio.CancelledError | GeneratorExit):
+            fail(span, CANCELLED, "the turn was stopped")
+        elif stopped is not None:
+            fail(span, type(stopped).__qualname__, str(stopped))
+    span.end()
+
+
+def start_tool(tracer: Tracer, tool: str, tool_use_id: str) -> Span:
+    span = tracer.start_span(f"execute_tool {tool}", kind=SpanKind.INTERNAL)
+    if span.is_recording():
+        span.set_attributes(
+            {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": tool,
+                "gen_ai.tool.call.id": tool_use_id,
+                "gen_ai.tool.type": "function",
+            }
+        )
+    return span
+
+
+def end_tool(span: Span | None, outcome: ToolOutcome) -> None:
+    """End a tool call's span: ERROR with ``error.type`` when the model is told the call failed."""
+    if span is None:
+        return
+    if outcome.is_error:
+        fail(span, outcome.error_type or TOOL_ERROR, outcome.result[:200])
+    span.end()
+
+
+def abandon(span: Span) -> None:
+    """End the span of a call the query stopped waiting for (it was cancelled)."""
+    fail(span, CANCELLED, "the query stopped before the tool answered")
+    span.end()

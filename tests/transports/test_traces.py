@@ -1,0 +1,325 @@
+"""Traces through the running service: a real OTLP/HTTP receiver (an aiohttp server decoding
+the protobuf with opentelemetry-proto) gets the spans the service exports when
+OTEL_EXPORTER_OTLP_ENDPOINT points at it, and the test checks their tree, names, kinds and
+attributes against what the client saw. The batch processor's delay is cut to a few
+milliseconds and each test waits on the receiver for the spans it expects."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
+from opentelemetry.proto.trace.v1.trace_pb2 import Status
+
+from service.logs import ContextFilter, JsonFormatter
+from tests.conftest import ClientFactory, services_of, sse_events, stream_agent
+from tests.transports.test_agents import agents_file
+from tests.transports.test_sessions import send
+
+SERVER, INTERNAL, CLIENT = (
+    ProtoSpan.SPAN_KIND_SERVER,
+    ProtoSpan.SPAN_KIND_INTERNAL,
+    ProtoSpan.SPAN_KIND_CLIENT,
+)
+ERROR = Status.STATUS_CODE_ERROR
+
+
+def _value(value: AnyValue) -> Any:
+    kind = value.WhichOneof("value")
+    if kind == "array_value":
+        return tuple(_value(item) for item in value.array_value.values)
+    return getattr(value, kind) if kind else None
+
+
+@dataclass
+class Received:
+    """One exported span, flattened."""
+
+    name: str
+    kind: int
+    trace_id: str
+    span_id: str
+    parent_id: str
+    attributes: dict[str, Any]
+    status: int
+    events: list[tuple[str, dict[str, Any]]]
+    resource: dict[str, Any]
+
+
+@dataclass
+class Receiver:
+    """An OTLP/HTTP trace collector: what it was sent, and a condition to wait on it."""
+
+    spans: list[Received] = field(default_factory=list)
+    content_types: set[str] = field(default_factory=set)
+    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.content_types.add(request.content_type)
+        export = ExportTraceServiceRequest()
+        export.ParseFromString(await request.read())
+        for resource_spans in export.resource_spans:
+            resource = {a.key: _value(a.value) for a in resource_spans.resource.attributes}
+            for scope_spans in resource_spans.scope_spans:
+                for span in scope_spans.spans:
+                    self.spans.append(
+                        Received(
+                            name=span.name,
+                            kind=span.kind,
+                            trace_id=span.trace_id.hex(),
+                            span_id=span.span_id.hex(),
+                            parent_id=span.parent_span_id.hex(),
+                            attributes={a.key: _value(a.value) for a in span.attributes},
+                            status=span.status.code,
+                            events=[
+                                (e.name, {a.key: _value(a.value) for a in e.attributes}) for e in span.events
+                            ],
+                            resource=resource,
+                        )
+                    )
+        async with self.changed:
+            self.changed.notify_all()
+        return web.Response(
+            body=ExportTraceServiceResponse().SerializeToString(), content_type="application/x-protobuf"
+        )
+
+    async def wait_for(self, found: Callable[[list[Received]], Any]) -> Any:
+        """Wait until ``found`` returns something truthy for the spans received; return that."""
+        async with asyncio.timeout(10), self.changed:
+            result = found(self.spans)
+            while not result:
+                await self.changed.wait()
+                result = found(self.spans)
+        return result
+
+    def named(self, name: str) -> list[Received]:
+        return [span for span in self.spans if span.name == name]
+
+
+@pytest.fixture
+async def receiver(aiohttp_server: Any, monkeypatch: pytest.MonkeyPatch) -> Receiver:
+    receiving = Receiver()
+    app = web.Application()
+    app.router.add_post("/v1/traces", receiving.handle)
+    server = await aiohttp_server(app)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{server.port}")
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
+    monkeypatch.delenv("OTEL_SDK_DISABLED", raising=False)
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "agentstream-test")
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "5")  # milliseconds: spans leave as they end
+    return receiving
+
+
+@pytest.fixture
+async def traced(receiver: Receiver, make_client: ClientFactory) -> TestClient:
+    return await make_client()
+
+
+def trace_of(spans: list[Received], trace_id: str) -> list[Received]:
+    return [span for span in spans if span.trace_id == trace_id]
+
+
+def children(spans: list[Received], parent: Received) -> list[Received]:
+    return [span for span in spans if span.parent_id == parent.span_id]
+
+
+async def test_a_calculator_query_is_one_trace_continued_from_the_clients_traceparent(
+    traced: TestClient, receiver: Receiver
+) -> None:
+    trace_id, parent_id = secrets.token_hex(16), secrets.token_hex(8)
+    async with traced.post("/sessions", json={}) as response:
+        session_id = (await response.json())["id"]
+    async with traced.post(
+        f"/sessions/{session_id}/messages",
+        json={"content": "What is 17 * 3?"},
+        headers={"traceparent": f"00-{trace_id}-{parent_id}-01"},
+    ) as response:
+        assert response.status == 202
+    async with traced.get(f"/sessions/{session_id}/events", headers={"Last-Event-ID": "0"}) as response:
+        events = []
+        async for event in sse_events(response):
+            events.append(event["data"])
+            if event["data"]["type"] in {"done", "error"}:
+                break
+    done = events[-1]
+    assert done["type"] == "done" and done["turns"] == 2
+
+    def whole(spans: list[Received]) -> list[Received] | None:
+        ours = trace_of(spans, trace_id)
+        return ours if len(ours) == 5 else None
+
+    spans = await receiver.wait_for(whole)
+    (server,) = [span for span in spans if span.kind == SERVER]
+    assert server.name == "POST /sessions/{session_id}/messages" and server.parent_id == parent_id
+    assert server.attributes["http.response.status_code"] == 202
+    assert server.resource["service.name"] == "agentstream-test"
+
+    (agent,) = children(spans, server)
+    assert (agent.name, agent.kind) == ("invoke_agent default", INTERNAL)
+    model = services_of(traced).emulator.records()[-1].model_id
+    assert agent.attributes == {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": "default",
+        "gen_ai.conversation.id": session_id,
+        "gen_ai.provider.name": "aws.bedrock",
+        "gen_ai.request.model": model,
+        "gen_ai.usage.input_tokens": done["usage"]["input_tokens"],
+        "gen_ai.usage.output_tokens": done["usage"]["output_tokens"],
+    }
+    assert agent.status != ERROR
+
+    # The model turns and the tool call are siblings under the query, in the order they ran.
+    steps = children(spans, agent)
+    assert [(s.name, s.kind) for s in steps] == [
+        (f"chat {model}", CLIENT),
+        ("execute_tool calculator", INTERNAL),
+        (f"chat {model}", CLIENT),
+    ]
+    first, tool, second = steps
+    emulator = urlsplit(services_of(traced).emulator.url)
+    for chat, finish in ((first, "tool_use"), (second, "end_turn")):
+        assert chat.attributes["gen_ai.operation.name"] == "chat"
+        assert chat.attributes["gen_ai.provider.name"] == "aws.bedrock"
+        assert chat.attributes["gen_ai.request.model"] == model
+        assert chat.attributes["gen_ai.response.finish_reasons"] == (finish,)
+        assert chat.attributes["server.address"] == emulator.hostname
+        assert chat.attributes["server.port"] == emulator.port
+        assert chat.attributes["gen_ai.response.time_to_first_chunk"] >= 0
+        assert chat.status != ERROR and chat.events == []
+    for kind in ("input_tokens", "output_tokens"):
+        assert (
+            first.attributes[f"gen_ai.usage.{kind}"] + second.attributes[f"gen_ai.usage.{kind}"]
+            == (done["usage"][kind])
+        )
+    (call,) = done["tool_calls"]
+    assert tool.attributes == {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "calculator",
+        "gen_ai.tool.call.id": call["tool_use_id"],
+        "gen_ai.tool.type": "function",
+    }
+    assert tool.status != ERROR
+    assert receiver.content_types == {"application/x-protobuf"}
+
+
+async def test_a_throttled_then_failed_turn_ends_its_spans_in_error(
+    traced: TestClient, receiver: Receiver
+) -> None:
+    events = await stream_agent(traced, "Say something [emu:throttle] [emu:fail_after=0]")
+    assert events[-1]["type"] == "error" and events[-1]["code"] == "throttlingException"
+    agent = (await receiver.wait_for(lambda spans: [s for s in spans if s.name == "invoke_agent default"]))[0]
+    spans = trace_of(receiver.spans, agent.trace_id)
+    assert agent.status == ERROR and agent.attributes["error.type"] == "throttlingException"
+    (chat,) = children(spans, agent)
+    assert chat.status == ERROR and chat.attributes["error.type"] == "throttlingException"
+    # The first try and two retries: the retries are the span's events.
+    retries = [attributes for name, attributes in chat.events if name == "gen_ai.retry"]
+    assert [r["retry.attempt"] for r in retries] == [1, 2]
+    assert {r["error.type"] for r in retries} == {"throttlingException"}
+
+
+async def test_a_tool_that_times_out_ends_its_span_in_error(traced: TestClient, receiver: Receiver) -> None:
+    events = await stream_agent(traced, "Wait for it [emu:tool=sleepy]")
+    assert events[-1]["type"] == "done"
+    (tool,) = await receiver.wait_for(lambda spans: [s for s in spans if s.name == "execute_tool sleepy"])
+    assert tool.status == ERROR and tool.attributes["error.type"] == "timeout"
+
+
+async def test_a_cancelled_query_ends_its_spans_as_cancelled(traced: TestClient, receiver: Receiver) -> None:
+    async with traced.post("/sessions", json={}) as response:
+        session_id = (await response.json())["id"]
+    await send(traced, session_id, "Talk slowly [emu:tokens=2000] [emu:tps=100]")
+    session = await services_of(traced).sessions.get(session_id)
+    async for batch in session.log.subscribe(0):  # cancel once the answer is streaming
+        if any(entry.event.type == "text_delta" for entry in batch):
+            break
+    async with traced.post(f"/sessions/{session_id}/cancel") as cancel:
+        assert (await cancel.json())["cancelled"] is True
+    agent = (await receiver.wait_for(lambda spans: [s for s in spans if s.name == "invoke_agent default"]))[0]
+    assert agent.status == ERROR and agent.attributes["error.type"] == "cancelled"
+    (chat,) = await receiver.wait_for(lambda spans: children(spans, agent))
+    assert chat.status == ERROR and chat.attributes["error.type"] == "cancelled"
+
+
+async def test_without_an_endpoint_nothing_is_set_up(
+    make_client: ClientFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    client = await make_client()
+    telemetry = services_of(client).telemetry
+    assert telemetry.provider is None and not telemetry.enabled
+    events = await stream_agent(client, "What is 17 * 3?")
+    assert events[-1]["type"] == "done"
+    # The query ran with the API's no-op tracer: its spans record nothing.
+    assert services_of(client).runs.tracer is telemetry.tracer
+    assert not telemetry.tracer.start_span("probe").is_recording()
+
+
+async def test_disabled_sdk_sends_nothing_even_with_an_endpoint(
+    receiver: Receiver, make_client: ClientFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    client = await make_client()
+    assert services_of(client).telemetry.provider is None
+
+
+async def test_an_agent_on_the_openai_wire_names_its_provider_and_model(
+    receiver: Receiver, make_client: ClientFactory, tmp_path: Path
+) -> None:
+    client = await make_client(agents_file=str(agents_file(tmp_path)))
+    events = await stream_agent(client, "Hello [emu:tokens=3]", agent="research")
+    assert events[-1]["type"] == "done"
+    agent = (await receiver.wait_for(lambda spans: receiver.named("invoke_agent research")))[0]
+    assert agent.attributes["gen_ai.provider.name"] == "openai"
+    assert agent.attributes["gen_ai.request.model"] == "research-model"
+    (chat,) = await receiver.wait_for(lambda spans: children(spans, agent))
+    assert chat.name == "chat research-model" and chat.kind == CLIENT
+    assert chat.attributes["gen_ai.provider.name"] == "openai"
+    assert chat.attributes["server.address"] == urlsplit(services_of(client).emulator.url).hostname
+    assert chat.attributes["gen_ai.usage.output_tokens"] == events[-1]["usage"]["output_tokens"]
+    # The upstream request carried the turn's trace context: the model's side continues the trace.
+    (asked,) = [r for r in services_of(client).emulator.records() if r.user_text.startswith("Hello")]
+    assert asked.traceparent.split("-")[:3] == ["00", chat.trace_id, chat.span_id]
+
+
+async def test_json_log_lines_of_a_query_carry_its_trace_and_span_ids(
+    traced: TestClient, receiver: Receiver
+) -> None:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.addFilter(ContextFilter())
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("service")
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        events = await stream_agent(traced, "Hello [emu:tokens=3]")
+        logging.getLogger("service.test").info("outside any request")
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert events[-1]["type"] == "done"
+    (agent,) = await receiver.wait_for(lambda spans: receiver.named("invoke_agent default"))
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    started = next(line for line in lines if line["message"].startswith("query started"))
+    assert (started["trace_id"], started["span_id"]) == (agent.trace_id, agent.span_id)
+    assert "trace_id" not in lines[-1] and lines[-1]["message"] == "outside any request"
