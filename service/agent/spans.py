@@ -57,7 +57,7 @@ def start_chat(tracer: Tracer, provider: ModelProvider, request: ModelRequest) -
 
 def carry(span: Span, request: ModelRequest) -> ModelRequest:
     """``request`` with the turn's trace context in its headers, for the upstream to continue the
-    trace (the OpenAI-compatible wire sends them); as it is when traces are off."""
+    trace (both wires send them); as it is when traces are off."""
     if not span.get_span_context().is_valid:
         return request
     carrier: dict[str, str] = {}

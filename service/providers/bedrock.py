@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import os
 import socket
 import threading
@@ -52,6 +53,17 @@ from service.providers.bedrock_events import (
 from service.providers.bedrock_stream import BedrockStreamParser, stream_error_from_exception
 
 SERVICE = "bedrock-runtime"
+# Headers the turn under way adds to its request (its trace context), set around the call.
+_UPSTREAM_HEADERS: contextvars.ContextVar[tuple[tuple[str, str], ...]] = contextvars.ContextVar(
+    "bedrock_upstream_headers", default=()
+)
+
+
+def _add_headers(request: Any, **_: Any) -> None:
+    """botocore's ``before-send``: the turn's own headers (its W3C ``traceparent``, so a traced
+    upstream continues the trace), after signing: they are not signed and change nothing else."""
+    for name, value in _UPSTREAM_HEADERS.get():
+        request.headers[name] = value
 
 
 def _tool_spec(spec: dict[str, Any]) -> dict[str, Any]:
@@ -274,6 +286,7 @@ class BedrockProvider:
                         self._session.create_client(SERVICE, **self._client_kwargs)
                     )
                     _cache_user_agent(client)
+                    client.meta.events.register(f"before-send.{SERVICE}.ConverseStream", _add_headers)
                     stream = client.meta.service_model.operation_model("ConverseStream").output_shape
                     self._plans = event_plans(stream.members["stream"])
                     self._client = client
@@ -304,7 +317,14 @@ class BedrockProvider:
         try:
             try:
                 client = await self._get_client()
-                response = await client.converse_stream(**kwargs)
+                # The turn's trace context goes on the request (see _add_headers), which botocore
+                # builds inside this call, on this task.
+                carried = _UPSTREAM_HEADERS.set(request.headers) if request.headers else None
+                try:
+                    response = await client.converse_stream(**kwargs)
+                finally:
+                    if carried is not None:
+                        _UPSTREAM_HEADERS.reset(carried)
                 events = response["stream"]
                 raw = getattr(events, "_raw_stream", None)
                 if not isinstance(raw, aiohttp.ClientResponse):  # not aiohttp: aiobotocore's own reader

@@ -323,3 +323,15 @@ async def test_json_log_lines_of_a_query_carry_its_trace_and_span_ids(
     started = next(line for line in lines if line["message"].startswith("query started"))
     assert (started["trace_id"], started["span_id"]) == (agent.trace_id, agent.span_id)
     assert "trace_id" not in lines[-1] and lines[-1]["message"] == "outside any request"
+
+
+async def test_a_turn_on_bedrocks_wire_carries_its_trace_context_upstream(
+    traced: TestClient, receiver: Receiver
+) -> None:
+    events = await stream_agent(traced, "Hello there [emu:tokens=3]")
+    assert events[-1]["type"] == "done"
+    (agent,) = await receiver.wait_for(lambda spans: receiver.named("invoke_agent default"))
+    (chat,) = await receiver.wait_for(lambda spans: children(spans, agent))
+    assert chat.attributes["gen_ai.provider.name"] == "aws.bedrock"
+    (asked,) = [r for r in services_of(traced).emulator.records() if r.user_text.startswith("Hello there")]
+    assert asked.traceparent.split("-")[:3] == ["00", chat.trace_id, chat.span_id]
