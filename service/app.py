@@ -414,11 +414,14 @@ def create_app(
     quiet_malformed_requests()
     services = make_services(settings, tools, provider)
 
+    # A streaming handler resumes through every middleware it runs under, at each wake-up: the
+    # server span's middleware is there only when traces are on.
+    tracing = [tracing_middleware] if services.telemetry.enabled else []
     app = web.Application(
         client_max_size=settings.max_request_bytes,
         middlewares=[
             admission_middleware,  # first: a request waiting for its turn does no other work
-            tracing_middleware,  # then the server span, holding the whole answer
+            *tracing,  # then the server span, holding the whole answer
             error_middleware,
             auth.access_middleware,
             quota_middleware,

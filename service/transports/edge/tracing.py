@@ -1,6 +1,6 @@
 """A server span per HTTP request that can start work (a POST), continued from the client's
 W3C ``traceparent``: the query a request starts gets its span as the parent, so a front end's
-trace goes on through the service. With traces off the middleware only passes the request on."""
+trace goes on through the service. The app installs it only when traces are on."""
 
 from __future__ import annotations
 
