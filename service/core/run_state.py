@@ -78,6 +78,11 @@ class Run:
     agent: Any = None
     span: Any = None  # the query's invoke_agent span (service.core.traces), ended with the run
 
+    @property
+    def agent_name(self) -> str:
+        """The name of the agent it runs with (its session's, for an agent without one)."""
+        return getattr(self.agent, "name", self.session.agent)
+
     async def wait(self) -> None:
         """Return once the run has written its terminal event."""
         if self.task is not None:

@@ -175,7 +175,7 @@ class RunManager:
             session.run_start_id = run.start_id = started.id
             run.first_id = run.first_id or started.id
             await session.log.append(StatusChange(status=RUNNING), fence=run.fence)
-            self._observer.run_started(run.id, appended=2, agent=getattr(run.agent, "name", session.agent))
+            self._observer.run_started(run.id, appended=2, agent=run.agent_name)
         except BaseException:
             # Claimed by someone else, or the store failed: nothing runs, nothing is held here,
             # and the session says so (it was marked running just before the first append).
@@ -193,9 +193,7 @@ class RunManager:
         context.run(run_id_var.set, run.id)
         # The query's span, a child of the request's, and the parent of its model turns and
         # tool calls (they start in the task, where it is the current span).
-        run.span = traces.start_query(
-            self.tracer, run.agent, getattr(run.agent, "name", session.agent), session.id
-        )
+        run.span = traces.start_query(self.tracer, run.agent, run.agent_name, session.id)
         if run.span.get_span_context().is_valid:  # the no-op tracer's span is not: nothing to do
             context.run(traces.make_current, run.span)
         run.task = asyncio.create_task(self._drive(run), name=f"run-{session.id}", context=context)
@@ -308,7 +306,7 @@ class RunManager:
             usage=progress.usage,
             stop_reason=CANCELLED,
             cancelled=True,
-            agent=getattr(run.agent, "name", run.session.agent),
+            agent=run.agent_name,
         )
 
     def _logged(self, run: Run, events: list[Event]) -> None:
