@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import logging
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
@@ -14,7 +17,10 @@ from service.logs import ContextFilter, JsonFormatter
 from tests.conftest import sse_events
 
 
-async def test_json_lines_carry_session_and_run_ids(client: TestClient) -> None:
+@contextlib.contextmanager
+def json_log_lines() -> Iterator[list[dict[str, Any]]]:
+    """The service's log lines at INFO and above, as its JSON formatter writes them: the list is
+    filled when the block ends."""
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
     handler.addFilter(ContextFilter())
@@ -23,7 +29,17 @@ async def test_json_lines_carry_session_and_run_ids(client: TestClient) -> None:
     logger.addHandler(handler)
     level = logger.level
     logger.setLevel(logging.INFO)
+    lines: list[dict[str, Any]] = []
     try:
+        yield lines
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        lines.extend(json.loads(line) for line in stream.getvalue().splitlines())
+
+
+async def test_json_lines_carry_session_and_run_ids(client: TestClient) -> None:
+    with json_log_lines() as lines:
         async with client.post("/sessions") as response:
             session_id = (await response.json())["id"]
         async with client.post(f"/sessions/{session_id}/messages", json={"content": "hi"}) as response:
@@ -31,10 +47,6 @@ async def test_json_lines_carry_session_and_run_ids(client: TestClient) -> None:
         async with client.get(f"/sessions/{session_id}/events", headers={"Last-Event-ID": "0"}) as response:
             [event async for event in sse_events(response)]
         logging.getLogger("service.test").info("outside any request")
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
-    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     ours = [line for line in lines if line["run_id"] == run_id]
     assert [line["message"] for line in ours][:1] == ["query started (max 10 turns)"]
     assert any(line["message"].startswith("query ended: end_turn") for line in ours)

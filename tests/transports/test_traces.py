@@ -7,8 +7,6 @@ milliseconds and each test waits on the receiver for the spans it expects."""
 from __future__ import annotations
 
 import asyncio
-import io
-import json
 import logging
 import secrets
 from collections.abc import Callable
@@ -28,8 +26,8 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
 from opentelemetry.proto.trace.v1.trace_pb2 import Status
 
-from service.logs import ContextFilter, JsonFormatter
 from tests.conftest import ClientFactory, services_of, sse_events, stream_agent
+from tests.test_logs import json_log_lines
 from tests.transports.test_agents import agents_file
 from tests.transports.test_sessions import send
 
@@ -303,23 +301,11 @@ async def test_an_agent_on_the_openai_wire_names_its_provider_and_model(
 async def test_json_log_lines_of_a_query_carry_its_trace_and_span_ids(
     traced: TestClient, receiver: Receiver
 ) -> None:
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.addFilter(ContextFilter())
-    handler.setFormatter(JsonFormatter())
-    logger = logging.getLogger("service")
-    logger.addHandler(handler)
-    level = logger.level
-    logger.setLevel(logging.INFO)
-    try:
+    with json_log_lines() as lines:
         events = await stream_agent(traced, "Hello [emu:tokens=3]")
         logging.getLogger("service.test").info("outside any request")
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
     assert events[-1]["type"] == "done"
     (agent,) = await receiver.wait_for(lambda spans: receiver.named("invoke_agent default"))
-    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     started = next(line for line in lines if line["message"].startswith("query started"))
     assert (started["trace_id"], started["span_id"]) == (agent.trace_id, agent.span_id)
     assert "trace_id" not in lines[-1] and lines[-1]["message"] == "outside any request"
