@@ -106,6 +106,12 @@ def loads_object(text: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def arguments_text(value: Any) -> str:
+    """A tool input as a call's ``arguments`` (None: an empty object), the inverse of
+    :func:`loads_object`."""
+    return json.dumps(value if value is not None else {}, separators=(",", ":"), allow_nan=False)
+
+
 def finite(value: Any) -> bool:
     """False when ``value`` (parsed JSON) holds a float that is NaN or infinite."""
     stack: list[Any] = [value]

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from service.core.conversation import tool_use_id
 from service.core.events import (
     ReasoningDelta,
     RunDone,
@@ -20,14 +21,12 @@ from service.core.events import (
     ToolUseStart,
     Usage,
 )
+from service.transports.edge.openai_errors import InvalidParam, run_error_status
 from service.transports.openai.models import ChatCompletionRequest
 from service.transports.openai.projector import (
     NO_OUTPUT,
     ChatProjection,
-    ConversationError,
-    run_error_status,
     to_query,
-    tool_use_id,
 )
 from service.transports.openai.routes import _param
 
@@ -162,7 +161,7 @@ def test_thousands_of_tool_results_keep_their_turns_and_order() -> None:
 def test_what_no_model_could_take_is_refused(
     messages: list[dict[str, Any]], extra: dict[str, Any], param: str
 ) -> None:
-    with pytest.raises(ConversationError) as caught:
+    with pytest.raises(InvalidParam) as caught:
         to_query(request(messages, **extra))
     assert caught.value.param == param
 

@@ -33,6 +33,15 @@ _STATUS_CLASSES: dict[int, type[web.HTTPException]] = {
 ERROR_TYPES = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}
 
 
+class InvalidParam(ValueError):
+    """A request no model could take: a 400 ``invalid_value`` with this message and ``param``."""
+
+    def __init__(self, message: str, param: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+
 def error_type(status: int) -> str:
     """OpenAI's error ``type`` for an HTTP status."""
     if status >= 500:

@@ -14,7 +14,6 @@ client's own tools are shown: the agent's own tools run inside the service, unse
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +32,7 @@ from service.core.events import (
 )
 from service.core.log import LogEntry
 from service.core.options import RunOptions
-from service.transports.edge.openai_errors import error_body, run_error_status
+from service.transports.edge.openai_errors import InvalidParam, error_body, run_error_status
 from service.transports.openai.models import (
     ChatAnswer,
     ChatAssistantMessage,
@@ -56,15 +55,6 @@ NO_OUTPUT = "(no output)"
 TURN_SEPARATOR = "\n\n"
 
 
-class ConversationError(ValueError):
-    """A request's messages no model could take: a 400 with this message and ``param``."""
-
-    def __init__(self, message: str, param: str) -> None:
-        super().__init__(message)
-        self.message = message
-        self.param = param
-
-
 @dataclass(frozen=True, slots=True)
 class Query:
     """A request as the agent takes it: the conversation before the query, its text, its options."""
@@ -84,7 +74,7 @@ def _text(content: str | list[Any] | None, param: str) -> str:
         if isinstance(part, dict):  # a user's part, not validated by the request model
             if part.get("type") != "text" or not isinstance(part.get("text"), str):
                 kind = part.get("type")
-                raise ConversationError(
+                raise InvalidParam(
                     f"only text content parts are supported, not {kind!r}", f"{param}.[{index}]"
                 )
             parts.append(part["text"])
@@ -96,7 +86,7 @@ def _text(content: str | list[Any] | None, param: str) -> str:
 def _arguments(text: str, param: str) -> dict[str, Any]:
     value = jsonsafe.loads_object(text)
     if value is None:
-        raise ConversationError("the arguments must be a JSON object", param)
+        raise InvalidParam("the arguments must be a JSON object", param)
     return value
 
 
@@ -108,7 +98,7 @@ def _unanswered(pending: dict[str, str]) -> str:
 
 
 def to_query(body: ChatCompletionRequest) -> Query:
-    """The request as the agent takes it; :class:`ConversationError` for what no model could take."""
+    """The request as the agent takes it; :class:`InvalidParam` for what no model could take."""
     system: list[str] = []
     out: list[dict[str, Any]] = []
     pending: dict[str, str] = {}  # the last assistant's calls not answered yet: client id -> ours
@@ -118,7 +108,7 @@ def to_query(body: ChatCompletionRequest) -> Query:
     for index, message in enumerate(body.messages):
         param = f"messages.[{index}]"
         if pending and not isinstance(message, ChatToolMessage):
-            raise ConversationError(_unanswered(pending), param)
+            raise InvalidParam(_unanswered(pending), param)
         if not isinstance(message, ChatToolMessage):
             results = None
         if isinstance(message, ChatSystemMessage):
@@ -128,7 +118,7 @@ def to_query(body: ChatCompletionRequest) -> Query:
         elif isinstance(message, ChatUserMessage):
             text = _text(message.content, f"{param}.content")
             if not text.strip():
-                raise ConversationError("a user message must hold some text", f"{param}.content")
+                raise InvalidParam("a user message must hold some text", f"{param}.content")
             out.append({"role": "user", "content": [{"text": text}]})
         elif isinstance(message, ChatAssistantMessage):
             blocks: list[dict[str, Any]] = []
@@ -137,7 +127,7 @@ def to_query(body: ChatCompletionRequest) -> Query:
                 blocks.append({"text": text})
             for number, call in enumerate(message.tool_calls or []):
                 if call.id in pending:
-                    raise ConversationError(f"tool call id {call.id!r} is given twice", f"{param}.tool_calls")
+                    raise InvalidParam(f"tool call id {call.id!r} is given twice", f"{param}.tool_calls")
                 pending[call.id] = tool_use_id(call.id)
                 arguments = _arguments(
                     call.function.arguments, f"{param}.tool_calls.[{number}].function.arguments"
@@ -156,7 +146,7 @@ def to_query(body: ChatCompletionRequest) -> Query:
         else:
             ours = pending.pop(message.tool_call_id, None)
             if ours is None:
-                raise ConversationError(
+                raise InvalidParam(
                     f"tool_call_id {message.tool_call_id!r} answers no tool call of the assistant message "
                     "before it",
                     f"{param}.tool_call_id",
@@ -175,7 +165,7 @@ def to_query(body: ChatCompletionRequest) -> Query:
             )
     last = body.messages[-1]
     if pending or not isinstance(last, ChatUserMessage | ChatToolMessage):
-        raise ConversationError(
+        raise InvalidParam(
             _unanswered(pending) if pending else "the last message must be the user's or a tool result",
             f"messages.[{len(body.messages) - 1}]",
         )
@@ -201,7 +191,7 @@ def _client_tools(body: ChatCompletionRequest) -> tuple[dict[str, Any], ...]:
     for index, tool in enumerate(body.tools):
         function = tool.function
         if function.name in specs:
-            raise ConversationError(f"tool name {function.name!r} is given twice", f"tools.[{index}]")
+            raise InvalidParam(f"tool name {function.name!r} is given twice", f"tools.[{index}]")
         specs[function.name] = {
             "name": function.name,
             "description": function.description or "",
@@ -298,7 +288,7 @@ class ChatProjection:
             call = self.calls[event.tool_use_id] = _Call(len(self.calls), event.tool_use_id, event.tool)
             arguments = ""
             if isinstance(event, ToolUse):  # its start was not seen (purged): all of it at once
-                arguments = _arguments_text(event.input)
+                arguments = jsonsafe.arguments_text(event.input)
                 call.arguments.append(arguments)
             return self.chunk(
                 {
@@ -351,11 +341,6 @@ def _tool_call(call: _Call) -> ChatToolCall:
         "type": "function",
         "function": {"name": call.name, "arguments": "".join(call.arguments) or "{}"},
     }
-
-
-def _arguments_text(value: Any) -> str:
-    """A tool input as a call's arguments."""
-    return json.dumps(value if value is not None else {}, separators=(",", ":"), allow_nan=False)
 
 
 # --- errors ------------------------------------------------------------------------------------

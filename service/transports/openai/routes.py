@@ -37,6 +37,7 @@ from service.transports.edge.inputs import read_object
 from service.transports.edge.middleware import add_error_shape
 from service.transports.edge.openai_errors import (
     PREFIX,
+    InvalidParam,
     agent_for_model,
     error_body,
     openai_error,
@@ -50,7 +51,6 @@ from service.transports.openai.models import ChatCompletionRequest, ChatModel
 from service.transports.openai.projector import (
     ChatProjection,
     ChunkStream,
-    ConversationError,
     to_query,
 )
 from service.transports.stream.follow import ThroughRun
@@ -106,7 +106,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     agent = agent_for_model(context.agents, settings, body.model)
     try:
         query = to_query(body)
-    except ConversationError as exc:
+    except InvalidParam as exc:
         raise openai_error(400, exc.message, "invalid_value", exc.param) from None
     require_client_tools_taken(context.agents, agent, len(query.options.client_tools))
     if len(query.text) > settings.max_message_chars:

@@ -12,7 +12,6 @@ message and ``param`` a 400 carries.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +19,7 @@ from pydantic import ValidationError
 
 from service import jsonsafe
 from service.core.conversation import tool_use_id
+from service.transports.edge.openai_errors import InvalidParam
 from service.transports.responses.models import (
     ResponseFunctionCallItem,
     ResponseFunctionCallOutputItem,
@@ -36,15 +36,6 @@ NO_OUTPUT = "(no output)"
 # client sends them in full.
 MESSAGE_PREFIX = "msg_"
 _LEFT_OUT_PREFIXES = ("rs_", "mcp_", "mcpr_")
-
-
-class InputError(ValueError):
-    """A request no model could take: a 400 with this message and ``param``."""
-
-    def __init__(self, message: str, param: str) -> None:
-        super().__init__(message)
-        self.message = message
-        self.param = param
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,14 +84,14 @@ def _text(content: str | list[dict[str, Any]], param: str) -> str:
         elif kind == "refusal" and isinstance(part.get("refusal"), str):
             parts.append(part["refusal"])
         else:
-            raise InputError(f"only text content is supported here, not {kind!r}", f"{param}[{index}].type")
+            raise InvalidParam(f"only text content is supported here, not {kind!r}", f"{param}[{index}].type")
     return "\n".join(parts)
 
 
 def _arguments(text: str, param: str) -> dict[str, Any]:
     value = jsonsafe.loads_object(text)
     if value is None:
-        raise InputError("the arguments must be a JSON object", param)
+        raise InvalidParam("the arguments must be a JSON object", param)
     return value
 
 
@@ -140,7 +131,7 @@ def _dereferenced(item: ResponseItemReference, answers: dict[str, str], param: s
         return None
     if item.id.startswith(MESSAGE_PREFIX) and item.id in answers:
         return ResponseMessageItem(role="assistant", content=answers[item.id], id=item.id)
-    raise InputError(
+    raise InvalidParam(
         f"only an answer's message (msg_), its reasoning (rs_) and the service's own tool calls (mcp_) "
         f"can be referenced here, not {item.id!r}: send the item itself",
         f"{param}.id",
@@ -152,7 +143,7 @@ def to_query(
 ) -> Query:
     """The request as the agent takes it; ``pending`` are the calls the conversation it continues
     left unanswered (``call_id`` to tool-use id), ``answers`` the text of the answers the input
-    references (see :func:`message_references`). :class:`InputError` for what no model could take."""
+    references (see :func:`message_references`). :class:`InvalidParam` for what no model could take."""
     items: list[Any] = (
         [ResponseMessageItem(role="user", content=body.input)] if isinstance(body.input, str) else body.input
     )
@@ -167,7 +158,7 @@ def to_query(
         if item is None or isinstance(item, ResponseSkippedItem):
             continue
         if waiting and not isinstance(item, ResponseFunctionCallOutputItem | ResponseFunctionCallItem):
-            raise InputError(_no_output(waiting), "input")
+            raise InvalidParam(_no_output(waiting), "input")
         if isinstance(item, ResponseMessageItem):
             text = _text(item.content, f"{param}.content")
             if item.role in {"system", "developer"}:
@@ -175,12 +166,12 @@ def to_query(
                     system.append(text)
                 continue
             if item.role == "user" and not text.strip():
-                raise InputError("a user message must hold some text", f"{param}.content")
+                raise InvalidParam("a user message must hold some text", f"{param}.content")
             if text.strip():
                 turns.add(item.role, {"text": text})
         elif isinstance(item, ResponseFunctionCallItem):
             if item.call_id in waiting:
-                raise InputError(f"call_id {item.call_id!r} is given twice", f"{param}.call_id")
+                raise InvalidParam(f"call_id {item.call_id!r} is given twice", f"{param}.call_id")
             waiting[item.call_id] = ours = tool_use_id(item.call_id)
             use = {
                 "toolUseId": ours,
@@ -191,7 +182,7 @@ def to_query(
         else:
             ours = waiting.pop(item.call_id, None)
             if ours is None:
-                raise InputError(
+                raise InvalidParam(
                     f"No tool call found for function call output with call_id {item.call_id}.",
                     f"{param}.call_id",
                 )
@@ -207,10 +198,10 @@ def to_query(
             )
         last = item
     if waiting:
-        raise InputError(_no_output(waiting), "input")
+        raise InvalidParam(_no_output(waiting), "input")
     messages = turns.messages
     if last is None or (isinstance(last, ResponseMessageItem) and last.role == "assistant") or not messages:
-        raise InputError(
+        raise InvalidParam(
             "the last input item must be a user message or a function_call_output", f"input[{len(items) - 1}]"
         )
     final = messages[-1]["content"]
@@ -231,7 +222,7 @@ def _tools(body: ResponseRequest) -> list[dict[str, Any]]:
     tools = []
     for index, tool in enumerate(body.tools or []):
         if tool.get("type") != "function":
-            raise InputError(
+            raise InvalidParam(
                 f"tools of type {tool.get('type')!r} are not supported here: only function tools, "
                 "which the client runs (the service's own tools run inside it)",
                 f"tools[{index}].type",
@@ -240,7 +231,7 @@ def _tools(body: ResponseRequest) -> list[dict[str, Any]]:
             parsed = ResponseFunctionTool.model_validate(tool)
         except ValidationError as exc:
             problem = exc.errors(include_url=False)[0]
-            raise InputError(
+            raise InvalidParam(
                 f"invalid tool: {problem['msg']}", param_of(problem["loc"], f"tools[{index}]")
             ) from None
         tools.append(parsed.model_dump(exclude_none=True))
@@ -251,15 +242,10 @@ def _client_tools(body: ResponseRequest) -> tuple[dict[str, Any], ...]:
     specs: dict[str, dict[str, Any]] = {}
     for index, tool in enumerate(_tools(body)):
         if tool["name"] in specs:
-            raise InputError(f"tool name {tool['name']!r} is given twice", f"tools[{index}].name")
+            raise InvalidParam(f"tool name {tool['name']!r} is given twice", f"tools[{index}].name")
         specs[tool["name"]] = {
             "name": tool["name"],
             "description": tool.get("description") or "",
             "input_schema": tool.get("parameters") or {"type": "object", "properties": {}},
         }
     return tuple(specs.values())
-
-
-def arguments_text(value: Any) -> str:
-    """A tool input as a call's ``arguments``."""
-    return json.dumps(value if value is not None else {}, separators=(",", ":"), allow_nan=False)

@@ -36,7 +36,6 @@ from service.core.events import (
     Usage,
 )
 from service.core.log import LogEntry
-from service.transports.responses.inbound import arguments_text
 from service.transports.stream.follow import Ending
 from service.transports.stream.frames import SSE_SEP
 from service.transports.stream.sse import Projector
@@ -355,7 +354,7 @@ class ResponseProjection:
     def _tool_use(self, event: ToolUse) -> list[EVENT]:
         index, events = self._call(event.tool, event.tool_use_id)
         pieces = self.pieces[index]
-        arguments = "".join(pieces) or arguments_text(event.input)
+        arguments = "".join(pieces) or jsonsafe.arguments_text(event.input)
         pieces[:] = [arguments]
         item = self.output[index]
         kind = self._arguments_kind(index)
@@ -399,7 +398,7 @@ class ResponseProjection:
                 "type": "mcp_approval_request",
                 "server_label": SERVER_LABEL,
                 "name": event.tool,
-                "arguments": arguments_text(event.input),
+                "arguments": jsonsafe.arguments_text(event.input),
                 "approval_id": event.approval_id,
             }
         )

@@ -49,6 +49,7 @@ from service.transports.edge.inputs import read_object
 from service.transports.edge.middleware import add_error_shape
 from service.transports.edge.openai_errors import (
     PREFIX,
+    InvalidParam,
     agent_for_model,
     error_body,
     openai_error,
@@ -59,7 +60,6 @@ from service.transports.edge.openai_errors import (
 )
 from service.transports.responses.inbound import (
     MESSAGE_PREFIX,
-    InputError,
     Query,
     message_references,
     param_of,
@@ -67,7 +67,7 @@ from service.transports.responses.inbound import (
 )
 from service.transports.responses.models import UNSUPPORTED, ResponseRequest
 from service.transports.responses.projector import RESPONSE_PREFIX, ResponseProjection, ResponseStream
-from service.transports.responses.stored import from_conversation
+from service.transports.responses.stored import belongs, from_conversation
 from service.transports.stream.follow import ThroughRun
 from service.transports.stream.sse import serve
 
@@ -136,15 +136,22 @@ def _not_found(response_id: str, param: str | None = None) -> web.HTTPException:
     return openai_error(404, f"Response with id '{response_id}' not found.", "not_found", param)
 
 
-async def find(context: Context, request: web.Request, response_id: str, param: str | None = None) -> Found:
-    """The caller's response of that id; 404 for an id that is not one, or not the caller's."""
+async def _session_of(context: Context, owner: str, response_id: str) -> Session | None:
+    """The session a response id names, if it is one and ``owner``'s."""
     match = RESPONSE_ID.fullmatch(response_id)
     if match is None:
-        raise _not_found(response_id, param)
+        return None
     try:
-        session = await context.sessions.get_owned(match[2], owner_of(request))
+        return await context.sessions.get_owned(match[2], owner)
     except SessionNotFound:
-        raise _not_found(response_id, param) from None
+        return None
+
+
+async def find(context: Context, request: web.Request, response_id: str, param: str | None = None) -> Found:
+    """The caller's response of that id; 404 for an id that is not one, or not the caller's."""
+    session = await _session_of(context, owner_of(request), response_id)
+    if session is None:
+        raise _not_found(response_id, param)
     start = await _started(session, response_id)
     if start is None and not _stored(session.messages, response_id):
         raise _not_found(response_id, param)
@@ -166,10 +173,7 @@ async def _started(session: Session, response_id: str) -> LogEntry | None:
 
 
 def _stored(messages: list[dict[str, Any]], response_id: str) -> bool:
-    return any(
-        identifier == response_id or identifier.startswith(f"{response_id}-")
-        for _, identifier in conversation.ids(messages)
-    )
+    return any(belongs(identifier, response_id) for _, identifier in conversation.ids(messages))
 
 
 async def snapshot(found: Found, model: str) -> dict[str, Any]:
@@ -205,7 +209,7 @@ def _latest(messages: list[dict[str, Any]], response_id: str) -> bool:
     """True when nothing in the conversation follows the response's own messages."""
     last = None
     for index, identifier in conversation.ids(messages):
-        if identifier == response_id or identifier.startswith(f"{response_id}-"):
+        if belongs(identifier, response_id):
             last = index
     return last is None or last == len(messages) - 1
 
@@ -247,20 +251,15 @@ async def _answers(context: Context, request: web.Request, body: ResponseRequest
 async def _answer(
     context: Context, owner: str, item_id: str, sessions: dict[str, Session | None]
 ) -> str | None:
-    """The text of the answer ``item_id`` names, or None; ``sessions`` keeps those read already."""
+    """The text of the answer ``item_id`` names, or None; ``sessions`` keeps those read already,
+    by response id."""
     message_id = RESPONSE_PREFIX + item_id.removeprefix(MESSAGE_PREFIX)
     later = _LATER_TURN.fullmatch(message_id)
     # A session id may itself end in "-<digits>": the whole id is tried as a response's first.
     for response_id in (message_id, later[1] if later else ""):
-        match = RESPONSE_ID.fullmatch(response_id)
-        if match is None:
-            continue
-        if match[2] not in sessions:
-            try:
-                sessions[match[2]] = await context.sessions.get_owned(match[2], owner)
-            except SessionNotFound:
-                sessions[match[2]] = None
-        session = sessions[match[2]]
+        if response_id not in sessions:
+            sessions[response_id] = await _session_of(context, owner, response_id)
+        session = sessions[response_id]
         index = conversation.find(session.messages, message_id) if session is not None else None
         if session is not None and index is not None and session.messages[index].get("role") == "assistant":
             parts = conversation.parts_of(session.messages[index])
@@ -307,7 +306,7 @@ async def create(request: web.Request) -> web.StreamResponse:
     answers = await _answers(context, request, body)
     try:
         query = to_query(body, _pending(session.messages) if session is not None else None, answers)
-    except InputError as exc:
+    except InvalidParam as exc:
         raise openai_error(400, exc.message, "invalid_value", exc.param) from None
     require_client_tools_taken(context.agents, agent, len(query.client_tools))
     if len(query.text) > settings.max_message_chars:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from service import jsonsafe
 from service.core import conversation
 from service.core.conversation import Call, Reasoning, Text
-from service.transports.responses.inbound import arguments_text
 from service.transports.responses.projector import (
     RESPONSE_PREFIX,
     SERVER_LABEL,
@@ -23,7 +23,9 @@ from service.transports.responses.projector import (
 )
 
 
-def _mine(identifier: str, response_id: str) -> bool:
+def belongs(identifier: str, response_id: str) -> bool:
+    """True for the id of a message the response wrote: its first turn's, ``<id>-<turn>``,
+    ``<id>-<turn>-results`` and its ``<id>-input``."""
     return identifier == response_id or identifier.startswith(f"{response_id}-")
 
 
@@ -36,7 +38,7 @@ def from_conversation(
     results: dict[str, conversation.Result] = {}
     answers: list[tuple[str, dict[str, Any]]] = []
     for index, identifier in conversation.ids(messages):
-        if not _mine(identifier, response_id):
+        if not belongs(identifier, response_id):
             continue
         message = messages[index]
         if message.get("role") == "assistant":
@@ -104,7 +106,7 @@ def from_conversation(
 
 def _call(call: Call, result: conversation.Result | None) -> dict[str, Any]:
     """A call with a result the service ran (its own tool); one without was handed back."""
-    arguments = arguments_text(call.input)
+    arguments = jsonsafe.arguments_text(call.input)
     if result is None:
         return {
             "id": f"fc_{call.id}",
