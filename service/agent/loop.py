@@ -431,9 +431,13 @@ class AgentLoop:
                 runnable.append((use.tool, use.tool_use_id, use.input))
         if runnable:
             # One span per call, siblings under the query's: started together, as the calls run.
-            running = {call_id: spans.start_tool(self.tracer, tool, call_id) for tool, call_id, _ in runnable}
+            running = {
+                call_id: spans.start_tool(self.tracer, tool, call_id, input)
+                for tool, call_id, input in runnable
+            }
+            contexts = {call_id: spans.context_of(span) for call_id, span in running.items()}
             try:
-                async with aclosing(self.tools.run_all(runnable)) as results:
+                async with aclosing(self.tools.run_all(runnable, contexts)) as results:
                     async for outcome in results:
                         spans.end_tool(running.pop(outcome.tool_use_id, None), outcome)
                         outcomes[outcome.tool_use_id] = outcome

@@ -39,6 +39,7 @@ import anyio
 import mcp_types
 from mcp import Client
 from mcp.shared.exceptions import MCPError
+from opentelemetry import propagate
 
 from service.agent.tools import Tool, ToolExecutor
 
@@ -248,7 +249,9 @@ class McpToolSource:
             reason = f" ({self.last_error})" if self.last_error else ""
             raise McpUnavailable(f"MCP server {self.url} is not connected{reason}")
         try:
-            result = await client.call_tool(name, arguments, read_timeout_seconds=self.call_timeout)
+            result = await client.call_tool(
+                name, arguments, read_timeout_seconds=self.call_timeout, meta=_trace_meta()
+            )
         except MCPError as exc:
             if exc.code != mcp_types.REQUEST_TIMEOUT:
                 # A protocol-level failure (connection closed, session gone, tool unknown) means
@@ -444,3 +447,11 @@ def find_mcp_tools(executor: ToolExecutor) -> McpToolSet | None:
         if isinstance(source, McpToolSet):
             return source
     return None
+
+
+def _trace_meta() -> mcp_types.RequestParamsMeta | None:
+    """The call's trace context (its ``execute_tool`` span's) for the request's ``_meta``, where
+    MCP servers look for ``traceparent``; None when traces are off."""
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return mcp_types.RequestParamsMeta(**carrier) if carrier else None  # type: ignore[typeddict-item]

@@ -8,7 +8,9 @@ by the loop where it already notes that the client has seen part of the turn.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
+import json
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -18,7 +20,7 @@ from opentelemetry.trace import Span, SpanKind, Tracer
 
 from service.agent.query import Turn
 from service.agent.tools import ToolOutcome
-from service.core.traces import CANCELLED, fail, provider_name
+from service.core.traces import CANCELLED, capture_content, fail, make_current, provider_name
 from service.errors import ProviderError
 from service.providers.base import ModelProvider, ModelRequest
 
@@ -46,6 +48,12 @@ def start_chat(tracer: Tracer, provider: ModelProvider, request: ModelRequest) -
         }
         if request.temperature is not None:
             attributes["gen_ai.request.temperature"] = request.temperature
+        if capture_content():
+            attributes["gen_ai.input.messages"] = _json([_message(m) for m in request.messages])
+            if request.system:
+                attributes["gen_ai.system_instructions"] = _json(
+                    [{"type": "text", "content": request.system}]
+                )
         address, port = _server(provider)
         if address:
             attributes["server.address"] = address
@@ -81,13 +89,18 @@ def end_chat(span: Span, turn: Turn, started: float, first_at: float, stopped: B
             span.set_attribute("gen_ai.response.time_to_first_chunk", first_at - started)
         result = turn.result
         if result is not None:
-            span.set_attributes(
-                {
-                    "gen_ai.response.finish_reasons": (result.stop_reason,),
-                    "gen_ai.usage.input_tokens": result.usage.input_tokens,
-                    "gen_ai.usage.output_tokens": result.usage.output_tokens,
-                }
-            )
+            attributes: dict[str, Any] = {
+                "gen_ai.response.finish_reasons": (result.stop_reason,),
+                "gen_ai.usage.input_tokens": result.usage.input_tokens,
+                "gen_ai.usage.output_tokens": result.usage.output_tokens,
+            }
+            if result.response_id:
+                attributes["gen_ai.response.id"] = result.response_id
+            if result.response_model:
+                attributes["gen_ai.response.model"] = result.response_model
+            if capture_content():
+                attributes["gen_ai.output.messages"] = output_messages(result.message, result.stop_reason)
+            span.set_attributes(attributes)
         if turn.error is not None:
             fail(span, turn.error.code, turn.error.message)
         elif isinstance(stopped, asyncio.CancelledError | GeneratorExit):
@@ -97,24 +110,38 @@ def end_chat(span: Span, turn: Turn, started: float, first_at: float, stopped: B
     span.end()
 
 
-def start_tool(tracer: Tracer, tool: str, tool_use_id: str) -> Span:
+def start_tool(tracer: Tracer, tool: str, tool_use_id: str, input: Any) -> Span:
     span = tracer.start_span(f"execute_tool {tool}", kind=SpanKind.INTERNAL)
     if span.is_recording():
-        span.set_attributes(
-            {
-                "gen_ai.operation.name": "execute_tool",
-                "gen_ai.tool.name": tool,
-                "gen_ai.tool.call.id": tool_use_id,
-                "gen_ai.tool.type": "function",
-            }
-        )
+        attributes = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": tool,
+            "gen_ai.tool.call.id": tool_use_id,
+            "gen_ai.tool.type": "function",
+        }
+        if capture_content():
+            attributes["gen_ai.tool.call.arguments"] = _json(input)
+        span.set_attributes(attributes)
     return span
+
+
+def context_of(span: Span) -> contextvars.Context | None:
+    """A copy of the current context with ``span`` current in it, for the task that does the
+    span's work (a tool call: an MCP server's request then carries the span's trace context);
+    None when traces are off."""
+    if not span.get_span_context().is_valid:
+        return None
+    context = contextvars.copy_context()
+    context.run(make_current, span)
+    return context
 
 
 def end_tool(span: Span | None, outcome: ToolOutcome) -> None:
     """End a tool call's span: ERROR with ``error.type`` when the model is told the call failed."""
     if span is None:
         return
+    if capture_content() and span.is_recording():
+        span.set_attribute("gen_ai.tool.call.result", outcome.result)
     if outcome.is_error:
         fail(span, outcome.error_type or TOOL_ERROR, outcome.result[:200])
     span.end()
@@ -124,3 +151,54 @@ def abandon(span: Span) -> None:
     """End the span of a call the query stopped waiting for (it was cancelled)."""
     fail(span, CANCELLED, "the query stopped before the tool answered")
     span.end()
+
+
+# Message content as the GenAI conventions shape it (``gen_ai.input.messages`` and
+# ``gen_ai.output.messages``: a role and its parts), from Bedrock's message format, which the
+# agent loop speaks on both wires.
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _part(block: Any) -> dict[str, Any]:
+    if not isinstance(block, dict):
+        return {"type": "unknown"}
+    if "text" in block:
+        return {"type": "text", "content": block["text"]}
+    use = block.get("toolUse")
+    if isinstance(use, dict):
+        return {
+            "type": "tool_call",
+            "id": use.get("toolUseId"),
+            "name": use.get("name"),
+            "arguments": use.get("input"),
+        }
+    result = block.get("toolResult")
+    if isinstance(result, dict):
+        texts = [
+            item.get("text", item.get("json"))
+            for item in result.get("content") or []
+            if isinstance(item, dict)
+        ]
+        response: Any = texts[0] if len(texts) == 1 else texts
+        return {"type": "tool_call_response", "id": result.get("toolUseId"), "response": response}
+    reasoning = block.get("reasoningContent")
+    if isinstance(reasoning, dict):
+        text = (reasoning.get("reasoningText") or {}).get("text", "")
+        return {"type": "reasoning", "content": text}
+    return {"type": next(iter(block), "unknown")}  # an image or a document: named, not copied
+
+
+def _message(message: Any) -> dict[str, Any]:
+    blocks = message.get("content") if isinstance(message, dict) else None
+    parts = [_part(block) for block in blocks or []]
+    role = message.get("role", "user") if isinstance(message, dict) else "user"
+    if parts and all(part["type"] == "tool_call_response" for part in parts):
+        role = "tool"  # Bedrock carries tool results in a user message; the conventions do not
+    return {"role": role, "parts": parts}
+
+
+def output_messages(message: dict[str, Any], finish_reason: str) -> str:
+    return _json([{**_message(message), "finish_reason": finish_reason}])

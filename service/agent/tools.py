@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextvars
 import copy
 import inspect
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -346,13 +347,19 @@ class ToolExecutor:
         self._reraise_if_cancelled(task, cancelling_before)
         return outcome(result, False)
 
-    async def run_all(self, calls: Sequence[tuple[str, str, Any]]) -> AsyncIterator[ToolOutcome]:
-        """Run all calls concurrently and yield each outcome as it completes.
+    async def run_all(
+        self,
+        calls: Sequence[tuple[str, str, Any]],
+        contexts: Mapping[str, contextvars.Context | None] | None = None,
+    ) -> AsyncIterator[ToolOutcome]:
+        """Run all calls concurrently and yield each outcome as it completes; a call whose
+        ``tool_use_id`` ``contexts`` names runs in that context (its span current).
 
         If the consumer stops early (close the iterator, e.g. with ``contextlib.aclosing``) or
         is cancelled, the calls still running are cancelled and awaited before it returns.
         """
-        tasks = [asyncio.create_task(self.run(*call)) for call in calls]
+        contexts = contexts or {}
+        tasks = [asyncio.create_task(self.run(*call), context=contexts.get(call[1])) for call in calls]
         pending: set[asyncio.Task[ToolOutcome]] = set(tasks)
         try:
             while pending:

@@ -9,6 +9,7 @@ no-op tracer: its spans record nothing, and the callers skip their attribute wor
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -17,9 +18,19 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 NO_TRACER: Tracer = trace.NoOpTracer()
 
+# Message content (prompts, answers, tool arguments and results) goes on spans only when this
+# is true: a trace backend is often less guarded than the conversations themselves.
+CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+
 # Our providers' names as the conventions' gen_ai.provider.name knows them.
 PROVIDER_NAMES = {"bedrock": "aws.bedrock", "openai": "openai"}
 CANCELLED = "cancelled"
+
+
+def capture_content() -> bool:
+    """Whether spans carry message content (read when a span is recorded, so never when traces
+    are off)."""
+    return os.environ.get(CAPTURE_CONTENT, "").strip().lower() == "true"
 
 
 def provider_name(provider: Any) -> str:

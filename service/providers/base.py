@@ -63,6 +63,10 @@ class TurnResult:
     latency_ms: int | None
     tool_uses: list[PendingToolUse]
     text: str
+    # The upstream's id of the response (an OpenAI chunk's ``id``; Bedrock's request id) and the
+    # model that answered, as far as the wire tells them (the turn's span shows them).
+    response_id: str = ""
+    response_model: str = ""
 
 
 class ModelProvider(Protocol):

@@ -326,6 +326,9 @@ class BedrockProvider:
                     if carried is not None:
                         _UPSTREAM_HEADERS.reset(carried)
                 events = response["stream"]
+                if parser is not None:
+                    parser.response_id = _request_id(response)
+                    parser.response_model = str(kwargs.get("modelId", ""))
                 raw = getattr(events, "_raw_stream", None)
                 if not isinstance(raw, aiohttp.ClientResponse):  # not aiohttp: aiobotocore's own reader
                     async for event in events:
@@ -400,3 +403,8 @@ class BedrockProvider:
         """Close the client and its connections."""
         self._client = None
         await self._exit_stack.aclose()
+
+
+def _request_id(response: dict[str, Any]) -> str:
+    metadata = response.get("ResponseMetadata")
+    return str(metadata.get("RequestId") or "") if isinstance(metadata, dict) else ""

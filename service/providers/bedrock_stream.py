@@ -99,6 +99,10 @@ class BedrockStreamParser:
         self.stop_reason: str | None = None
         self.usage = Usage()
         self.latency_ms: int | None = None
+        # Bedrock's stream names neither: the request id is the response's (its header), and the
+        # model is the one asked for (set by the provider).
+        self.response_id = ""
+        self.response_model = ""
         self._blocks: dict[int, Block] = {}
 
     # -- public API -------------------------------------------------------------------------
@@ -159,6 +163,8 @@ class BedrockStreamParser:
             tool_uses=tool_uses,
             # Joined with "" so it equals what the client saw by concatenating the TextDeltas.
             text="".join(texts),
+            response_id=self.response_id,
+            response_model=self.response_model,
         )
 
     # -- event handlers ---------------------------------------------------------------------

@@ -187,6 +187,8 @@ class OpenAIStreamParser:
         self.stop_reason: str | None = None  # in Bedrock's words; set by finish_reason or [DONE]
         self.usage = Usage()
         self.latency_ms: int | None = None  # the wire carries no latency
+        self.response_id = ""  # every chunk repeats them; the first one's are kept
+        self.response_model = ""
         self.done = False
         self._text = TextBlock()
         self._reasoning = ReasoningBlock()
@@ -214,6 +216,8 @@ class OpenAIStreamParser:
         error = event.get("error")
         if error:
             raise _openai_stream_error(error)
+        if not self.response_id:
+            self._identify(event)
         usage = event.get("usage")
         if isinstance(usage, dict):
             self._onusage_from(usage)
@@ -260,7 +264,16 @@ class OpenAIStreamParser:
             latency_ms=self.latency_ms,
             tool_uses=tool_uses,
             text=self.text_so_far(),
+            response_id=self.response_id,
+            response_model=self.response_model,
         )
+
+    def _identify(self, chunk: dict[str, Any]) -> None:
+        ident, model = chunk.get("id"), chunk.get("model")
+        if isinstance(ident, str):
+            self.response_id = ident
+        if isinstance(model, str) and not self.response_model:
+            self.response_model = model
 
     # -- chunk parts ------------------------------------------------------------------------
 

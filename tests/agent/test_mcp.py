@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import uvicorn
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 from service.agent.calculator import builtin_tools
@@ -31,13 +31,16 @@ from tests.support._pipes import free_port
 pytestmark = pytest.mark.timeout(60)
 
 
-def build_server(name: str) -> MCPServer:
-    """An MCP server named ``name`` whose tools say which server answered."""
+def build_server(name: str, metas: list[dict[str, Any]] | None = None) -> MCPServer:
+    """An MCP server named ``name`` whose tools say which server answered; ``ping`` adds each
+    call's ``_meta`` to ``metas``."""
     server: MCPServer = MCPServer(name, log_level="WARNING")
 
     @server.tool()
-    def ping() -> str:
+    def ping(ctx: Context) -> str:
         """Answer with the server's name."""
+        if metas is not None:
+            metas.append(dict(ctx.request_context.meta or {}))
         return f"pong from {name}"
 
     if name == "alpha":
@@ -85,6 +88,7 @@ class McpTestServer:
         self.name = name
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.metas: list[dict[str, Any]] = []  # the _meta of each ping call (in the server's thread)
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -93,7 +97,7 @@ class McpTestServer:
         assert self._server is None, "already running"
         # A fresh app each time: an MCP session manager runs only once.
         config = uvicorn.Config(
-            build_server(self.name).streamable_http_app(),
+            build_server(self.name, self.metas).streamable_http_app(),
             host="127.0.0.1",
             port=self.port,
             log_level="warning",

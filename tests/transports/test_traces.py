@@ -7,9 +7,10 @@ milliseconds and each test waits on the receiver for the spans it expects."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
 from opentelemetry.proto.trace.v1.trace_pb2 import Status
 
+from tests.agent.test_mcp import McpTestServer
 from tests.conftest import ClientFactory, services_of, sse_events, stream_agent
 from tests.test_logs import json_log_lines
 from tests.transports.test_agents import agents_file
@@ -200,7 +202,12 @@ async def test_a_calculator_query_is_one_trace_continued_from_the_clients_tracep
         assert chat.attributes["server.address"] == emulator.hostname
         assert chat.attributes["server.port"] == emulator.port
         assert chat.attributes["gen_ai.response.time_to_first_chunk"] >= 0
+        assert chat.attributes["gen_ai.response.model"] == model
         assert chat.status != ERROR and chat.events == []
+        # Without OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT no content is on the spans.
+        assert not any(key.endswith("messages") for key in chat.attributes)
+    # Bedrock's request id is the response's id: one per turn.
+    assert len({first.attributes["gen_ai.response.id"], second.attributes["gen_ai.response.id"]}) == 2
     for kind in ("input_tokens", "output_tokens"):
         assert (
             first.attributes[f"gen_ai.usage.{kind}"] + second.attributes[f"gen_ai.usage.{kind}"]
@@ -293,6 +300,8 @@ async def test_an_agent_on_the_openai_wire_names_its_provider_and_model(
     assert chat.attributes["gen_ai.provider.name"] == "openai"
     assert chat.attributes["server.address"] == urlsplit(services_of(client).emulator.url).hostname
     assert chat.attributes["gen_ai.usage.output_tokens"] == events[-1]["usage"]["output_tokens"]
+    assert chat.attributes["gen_ai.response.model"] == "research-model"
+    assert chat.attributes["gen_ai.response.id"].startswith("chatcmpl-")
     # The upstream request carried the turn's trace context: the model's side continues the trace.
     (asked,) = [r for r in services_of(client).emulator.records() if r.user_text.startswith("Hello")]
     assert asked.traceparent.split("-")[:3] == ["00", chat.trace_id, chat.span_id]
@@ -321,3 +330,99 @@ async def test_a_turn_on_bedrocks_wire_carries_its_trace_context_upstream(
     assert chat.attributes["gen_ai.provider.name"] == "aws.bedrock"
     (asked,) = [r for r in services_of(traced).emulator.records() if r.user_text.startswith("Hello there")]
     assert asked.traceparent.split("-")[:3] == ["00", chat.trace_id, chat.span_id]
+
+
+@pytest.fixture
+def alpha() -> Iterator[McpTestServer]:
+    """A real MCP server (the SDK's) whose ping tool records each call's ``_meta``."""
+    server = McpTestServer("alpha")
+    server.start()
+    yield server
+    server.stop()
+
+
+async def test_a_query_calling_the_calculator_and_an_mcp_tool_carries_its_trace_to_the_mcp_server(
+    receiver: Receiver, make_client: ClientFactory, alpha: McpTestServer
+) -> None:
+    client = await make_client(mcp_servers=[alpha.url], tool_timeout_s=10)
+    trace_id, parent_id = secrets.token_hex(16), secrets.token_hex(8)
+    async with client.post(
+        "/agent/stream",
+        json={"message": 'Work it out [emu:tool=calculator,ping] [emu:tool_input={"expression": "17*3"}]'},
+        headers={"traceparent": f"00-{trace_id}-{parent_id}-01"},
+    ) as response:
+        events = [event["data"] async for event in sse_events(response)]
+    done = events[-1]
+    assert done["type"] == "done" and {c["tool"] for c in done["tool_calls"]} == {"calculator", "ping"}
+
+    spans = await receiver.wait_for(
+        lambda spans: (ours := trace_of(spans, trace_id)) and len(ours) == 6 and ours
+    )
+    (server,) = [span for span in spans if span.kind == SERVER]
+    assert server.parent_id == parent_id
+    (agent,) = children(spans, server)
+    steps = children(spans, agent)
+    model = services_of(client).emulator.records()[-1].model_id
+    assert [s.name for s in steps] == [
+        f"chat {model}",
+        "execute_tool calculator",
+        "execute_tool ping",
+        f"chat {model}",
+    ] or [s.name for s in steps] == [
+        f"chat {model}",
+        "execute_tool ping",
+        "execute_tool calculator",
+        f"chat {model}",
+    ]
+    tools = {s.attributes["gen_ai.tool.name"]: s for s in steps if s.name.startswith("execute_tool")}
+    calls = {call["tool"]: call for call in done["tool_calls"]}
+    for name, span in tools.items():
+        assert span.attributes["gen_ai.tool.call.id"] == calls[name]["tool_use_id"] and span.status != ERROR
+    usage = {
+        k: sum(s.attributes[f"gen_ai.usage.{k}"] for s in steps if s.name.startswith("chat"))
+        for k in ("input_tokens", "output_tokens")
+    }
+    assert usage == {k: done["usage"][k] for k in usage}
+    assert agent.attributes["gen_ai.usage.output_tokens"] == done["usage"]["output_tokens"]
+    # The MCP server was asked with the ping call's own span as the parent, in the request's _meta.
+    (meta,) = alpha.metas
+    assert meta["traceparent"].split("-")[:3] == ["00", trace_id, tools["ping"].span_id]
+    # And the model was asked, each turn, with its chat span's.
+    asked = [r for r in services_of(client).emulator.records() if r.user_text.startswith("Work it out")]
+    chats = [s for s in steps if s.name.startswith("chat")]
+    assert [r.traceparent.split("-")[1:3] for r in asked] == [[trace_id, c.span_id] for c in chats]
+
+
+async def test_message_content_is_on_the_spans_only_when_asked_for(
+    receiver: Receiver, make_client: ClientFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+    client = await make_client()
+    events = await stream_agent(client, "What is 17 * 3?")
+    assert events[-1]["type"] == "done"
+    (agent,) = await receiver.wait_for(lambda spans: receiver.named("invoke_agent default"))
+    first, tool, second = await receiver.wait_for(
+        lambda spans: len(steps := children(spans, agent)) == 3 and steps
+    )
+    assert json.loads(first.attributes["gen_ai.input.messages"]) == [
+        {"role": "user", "parts": [{"type": "text", "content": "What is 17 * 3?"}]}
+    ]
+    assert json.loads(first.attributes["gen_ai.system_instructions"])[0]["type"] == "text"
+    (call,) = events[-1]["tool_calls"]
+    (output,) = json.loads(first.attributes["gen_ai.output.messages"])
+    assert output["role"] == "assistant" and output["finish_reason"] == "tool_use"
+    assert output["parts"][-1] == {
+        "type": "tool_call",
+        "id": call["tool_use_id"],
+        "name": "calculator",
+        "arguments": call["input"],
+    }
+    assert json.loads(tool.attributes["gen_ai.tool.call.arguments"]) == call["input"]
+    assert tool.attributes["gen_ai.tool.call.result"] == "51"
+    # The second turn was asked with the call and its result: the result as the tool's message.
+    asked = json.loads(second.attributes["gen_ai.input.messages"])
+    assert [m["role"] for m in asked] == ["user", "assistant", "tool"]
+    assert asked[2]["parts"] == [{"type": "tool_call_response", "id": call["tool_use_id"], "response": "51"}]
+    (answer,) = json.loads(second.attributes["gen_ai.output.messages"])
+    text = "".join(event["text"] for event in events if event["type"] == "text_delta")
+    assert answer["parts"] == [{"type": "text", "content": text}] and "51" in text
