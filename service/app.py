@@ -227,6 +227,7 @@ def make_services(
     catalog.tracer = telemetry.tracer
     backend, sessions, records = _make_stores(settings)
     metrics = Metrics()
+    catalog.turn_observer = metrics.model_call
     quotas: Quotas = Quotas.from_settings(settings)
     if backend is not None and settings.authenticated:
         # Each key's or user's quotas hold across every instance on this Redis (see

@@ -28,12 +28,17 @@ from service.core.events import (
     ToolResult,
     TurnCompleted,
 )
+from service.core.model_calls import ModelCall
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 # Seconds: first tokens and model turns take from tens of ms to a minute; tools likewise.
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 _LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
+# OpenTelemetry's GenAI client metrics, with the bucket boundaries their conventions advise.
+_TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
+_CALL_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
+_CALL_LABELS = ["gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model"]
 
 
 class _StateCollector(Collector):
@@ -120,6 +125,22 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=registry,
         )
+        # gen_ai.client.token.usage and gen_ai.client.operation.duration, named as OpenTelemetry's
+        # Prometheus exporter names them (dots to underscores, the unit "s" as a suffix).
+        self.genai_tokens = Histogram(
+            "gen_ai_client_token_usage",
+            "Tokens of each model call, by token type (input, output) (OpenTelemetry GenAI).",
+            [*_CALL_LABELS, "gen_ai_token_type"],
+            buckets=_TOKEN_BUCKETS,
+            registry=registry,
+        )
+        self.genai_duration = Histogram(
+            "gen_ai_client_operation_duration_seconds",
+            "Each model call's duration; error_type is empty when it succeeded (OpenTelemetry GenAI).",
+            [*_CALL_LABELS, "error_type"],
+            buckets=_CALL_BUCKETS,
+            registry=registry,
+        )
         self.loop_lag = Histogram(
             "agentstream_event_loop_lag_seconds",
             "How late the event loop wakes a task (sampled every 20 ms).",
@@ -153,6 +174,14 @@ class Metrics:
         for tally in self._delivered.values():
             tally.flush()
         return generate_latest(self.registry)
+
+    def model_call(self, call: ModelCall) -> None:
+        """The agent loops' turn observer: one model call ended (succeeded, failed or cancelled)."""
+        labels = ("chat", call.provider, call.model)
+        self.genai_duration.labels(*labels, call.error_type).observe(call.duration_s)
+        if call.usage is not None:
+            self.genai_tokens.labels(*labels, "input").observe(call.usage.input_tokens)
+            self.genai_tokens.labels(*labels, "output").observe(call.usage.output_tokens)
 
     # -- the run observer ---------------------------------------------------------------------
 

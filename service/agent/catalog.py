@@ -46,6 +46,7 @@ from service.agent.mcp import McpTool, McpToolSet
 from service.agent.tools import Tool, ToolExecutor
 from service.config import Settings
 from service.core.agents import AgentInfo
+from service.core.model_calls import TurnObserver, ignore
 from service.core.sessions import DEFAULT_AGENT
 from service.core.traces import NO_TRACER
 from service.errors import AgentStreamError, ProviderError, UnknownAgent
@@ -278,6 +279,8 @@ class AgentCatalog:
         # Every agent's MCP servers, as one tool source of the executor (None while there are none).
         self.mcp_tools: McpToolSet | None = None
         self.tracer: Tracer = NO_TRACER  # the app's (service.telemetry), set before start
+        # Told of each model turn of every agent (the app's GenAI metrics), set before start.
+        self.turn_observer: TurnObserver = ignore
 
     @classmethod
     def from_settings(
@@ -349,6 +352,7 @@ class AgentCatalog:
             temperature=definition.temperature,
             max_turns=definition.max_turns,
             tracer=self.tracer,
+            turn_observer=self.turn_observer,
         )
 
     @property

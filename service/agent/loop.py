@@ -36,7 +36,7 @@ from typing import Any
 
 from opentelemetry.trace import Tracer
 
-from service.agent import spans
+from service.agent import calls, spans
 from service.agent.context import ContextWindow, Window
 from service.agent.query import Query, Turn
 from service.agent.tools import ToolExecutor, ToolOutcome
@@ -56,6 +56,7 @@ from service.core.events import (
     ToolUse,
     Usage,
 )
+from service.core.model_calls import TurnObserver, ignore
 from service.core.options import RunOptions
 from service.core.traces import NO_TRACER
 from service.errors import ModelStreamError, ProviderError
@@ -90,9 +91,11 @@ class AgentLoop:
         temperature: float | None = None,
         max_turns: int | None = None,
         tracer: Tracer | None = None,
+        turn_observer: TurnObserver = ignore,
     ) -> None:
         self.name = name
         self.tracer = tracer or NO_TRACER
+        self.turn_observer = turn_observer  # told of each model turn as it ends (the GenAI metrics)
         self.model = model  # "" : the provider's own
         self.temperature = temperature
         self.max_turns = max_turns  # None: the run manager's default
@@ -384,6 +387,7 @@ class AgentLoop:
             raise
         finally:
             spans.end_chat(span, into, started, first_at, stopped)
+            self.turn_observer(calls.model_call(provider, request, into, spans.now() - started, stopped))
 
     async def _decide(
         self, uses: list[PendingToolUse], turn: int, approve: Approver | None
