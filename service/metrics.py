@@ -38,7 +38,12 @@ _LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
 # OpenTelemetry's GenAI client metrics, with the bucket boundaries their conventions advise.
 _TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
 _CALL_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
-_CALL_LABELS = ["gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model"]
+_CALL_LABELS = [
+    "gen_ai_operation_name",
+    "gen_ai_provider_name",
+    "gen_ai_request_model",
+    "gen_ai_response_model",
+]
 
 
 class _StateCollector(Collector):
@@ -177,7 +182,7 @@ class Metrics:
 
     def model_call(self, call: ModelCall) -> None:
         """The agent loops' turn observer: one model call ended (succeeded, failed or cancelled)."""
-        labels = ("chat", call.provider, call.model)
+        labels = ("chat", call.provider, call.model, call.response_model)
         self.genai_duration.labels(*labels, call.error_type).observe(call.duration_s)
         if call.usage is not None:
             self.genai_tokens.labels(*labels, "input").observe(call.usage.input_tokens)

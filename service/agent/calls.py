@@ -37,4 +37,5 @@ def model_call(
         duration_s=duration_s,
         error_type=error_type(turn, stopped),
         usage=result.usage if result is not None else None,
+        response_model=result.response_model if result is not None else "",
     )

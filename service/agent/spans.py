@@ -7,7 +7,6 @@ by the loop where it already notes that the client has seen part of the turn.
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import dataclasses
 import json
@@ -18,6 +17,7 @@ from urllib.parse import urlsplit
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Tracer
 
+from service.agent.calls import error_type
 from service.agent.query import Turn
 from service.agent.tools import ToolOutcome
 from service.core.traces import CANCELLED, capture_content, fail, make_current, provider_name
@@ -101,12 +101,10 @@ def end_chat(span: Span, turn: Turn, started: float, first_at: float, stopped: B
             if capture_content():
                 attributes["gen_ai.output.messages"] = output_messages(result.message, result.stop_reason)
             span.set_attributes(attributes)
-        if turn.error is not None:
-            fail(span, turn.error.code, turn.error.message)
-        elif isinstance(stopped, asyncio.CancelledError | GeneratorExit):
-            fail(span, CANCELLED, "the turn was stopped")
-        elif stopped is not None:
-            fail(span, type(stopped).__qualname__, str(stopped))
+        failed = error_type(turn, stopped)  # the metrics' error_type too: the two agree
+        if failed:
+            description = turn.error.message if turn.error is not None else str(stopped or "")
+            fail(span, failed, description or "the turn was stopped")
     span.end()
 
 

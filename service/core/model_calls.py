@@ -23,6 +23,7 @@ class ModelCall:
     duration_s: float
     error_type: str = ""  # error.type: "" when the call succeeded
     usage: Usage | None = None  # None when the model reported none (a failed or cancelled turn)
+    response_model: str = ""  # gen_ai.response.model: who answered, when the wire says
 
 
 TurnObserver = Callable[[ModelCall], None]

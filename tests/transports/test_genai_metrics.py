@@ -17,11 +17,20 @@ TOKENS = "gen_ai_client_token_usage"
 DURATION = "gen_ai_client_operation_duration_seconds"
 
 
-def call_labels(client: TestClient, agent: str = "default", provider: str = "aws.bedrock") -> dict[str, str]:
+def call_labels(
+    client: TestClient, agent: str = "default", provider: str = "aws.bedrock", *, answered: bool = True
+) -> dict[str, str]:
+    """The labels of a model call; a call that failed before the model answered names no
+    response model."""
     loop, _ = services_of(client).catalog.resolve(agent)
     model = loop.model or loop.provider.model_id
     assert model
-    return {"gen_ai_operation_name": "chat", "gen_ai_provider_name": provider, "gen_ai_request_model": model}
+    return {
+        "gen_ai_operation_name": "chat",
+        "gen_ai_provider_name": provider,
+        "gen_ai_request_model": model,
+        "gen_ai_response_model": model if answered else "",
+    }
 
 
 def series(samples: dict[Any, float], name: str) -> dict[tuple[tuple[str, str], ...], float]:
@@ -53,7 +62,7 @@ async def test_a_throttled_then_failed_turn_counts_with_its_error_type(client: T
     events = await stream_agent(client, "Say something [emu:throttle] [emu:fail_after=0]")
     assert events[-1]["type"] == "error" and events[-1]["code"] == "throttlingException"
     samples = await scrape(client)
-    labels = call_labels(client)
+    labels = call_labels(client, answered=False)
     # One model call, its retries within it; no tokens, the model reported none.
     assert series(samples, f"{DURATION}_count") == {
         tuple(sorted({**labels, "error_type": "throttlingException"}.items())): 1
@@ -72,7 +81,10 @@ async def test_a_cancelled_turn_counts_as_cancelled(client: TestClient) -> None:
     async with client.post(f"/sessions/{session_id}/cancel") as cancel:
         assert (await cancel.json())["cancelled"] is True
     samples = await scrape(client)
-    assert value(samples, f"{DURATION}_count", **call_labels(client), error_type="cancelled") == 1
+    assert (
+        value(samples, f"{DURATION}_count", **call_labels(client, answered=False), error_type="cancelled")
+        == 1
+    )
     assert series(samples, f"{TOKENS}_count") == {}
 
 
