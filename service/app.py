@@ -249,6 +249,7 @@ def make_services(
                 sessions,
                 timeout_s=settings.approval_timeout_s,
                 client_tool_timeout_s=settings.client_tool_timeout_s,
+                tracer=telemetry.tracer,
             ),
             tracer=telemetry.tracer,
         ),

@@ -30,6 +30,9 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from opentelemetry.trace import Tracer
+
+from service.core import waiting
 from service.core.events import (
     ClientToolRequest,
     ClientToolResult,
@@ -50,6 +53,7 @@ from service.core.sessions import (
     answer_locally,
     open_locally,
 )
+from service.core.traces import NO_TRACER, traceparent
 from service.errors import RunLost
 
 EXPIRED = "expired"
@@ -109,11 +113,13 @@ class ApprovalDesk:
         timeout_s: float = 600.0,
         client_tool_timeout_s: float = 600.0,
         clock: Clock | None = None,
+        tracer: Tracer = NO_TRACER,
     ) -> None:
         self._store = store
         self.timeout_s = timeout_s
         self.client_tool_timeout_s = client_tool_timeout_s
         self.clock: Clock = clock or SystemClock()
+        self.tracer = tracer  # the app's (service.telemetry): a span per wait
 
     async def ask(
         self,
@@ -125,6 +131,7 @@ class ApprovalDesk:
         """Log a request per use, wait until each is answered or expired, and go back to running.
         ``logged`` hears the events the run itself logs. The decisions are by ``tool_use_id``."""
         expires_at = self.clock.now() + self.timeout_s
+        waits = [waiting.start_approval(self.tracer, use) for use in uses]
         requests = [
             ToolApprovalRequest(
                 approval_id=f"ap_{secrets.token_urlsafe(12)}",
@@ -133,10 +140,12 @@ class ApprovalDesk:
                 input=use.input,
                 expires_at=expires_at,
                 turn=use.turn,
+                trace=traceparent(span),
             )
-            for use in uses
+            for use, span in zip(uses, waits, strict=True)
         ]
-        answers = await self._hold(session, fence, requests, logged, expires_at, _approval_expired)
+        with waiting.ended(waits, requests) as answers:
+            answers.update(await self._hold(session, fence, requests, logged, expires_at, _approval_expired))
         return {
             request.tool_use_id: Decision(
                 approved=answers[request.approval_id].approved,
@@ -157,6 +166,7 @@ class ApprovalDesk:
         """Log a request per call of a client tool, wait until each has its result (or an error
         one at the timeout), and go back to running. The results are by ``tool_use_id``."""
         expires_at = self.clock.now() + self.client_tool_timeout_s
+        waits = [waiting.start_client_tool(self.tracer, use) for use in uses]
         requests = [
             ClientToolRequest(
                 tool=use.tool,
@@ -164,10 +174,14 @@ class ApprovalDesk:
                 input=use.input,
                 expires_at=expires_at,
                 turn=use.turn,
+                trace=traceparent(span),
             )
-            for use in uses
+            for use, span in zip(uses, waits, strict=True)
         ]
-        answers = await self._hold(session, fence, requests, logged, expires_at, _client_tool_expired)
+        with waiting.ended(waits, requests) as answers:
+            answers.update(
+                await self._hold(session, fence, requests, logged, expires_at, _client_tool_expired)
+            )
         return {request.tool_use_id: answers[request.approval_id] for request in requests}  # type: ignore[misc]
 
     async def _hold(

@@ -237,6 +237,9 @@ class ToolApprovalRequest(_Event):
     input: JsonValue
     expires_at: float
     turn: int = 1
+    # The W3C traceparent of the span that waits for the answer, so that an answer taken on
+    # another instance joins the query's trace (service.core.traces.continued); not on any wire.
+    trace: str = ""
 
 
 class ToolApprovalResponse(_Event):
@@ -268,6 +271,7 @@ class ClientToolRequest(_Event):
     input: JsonValue
     expires_at: float
     turn: int = 1
+    trace: str = ""  # as a ToolApprovalRequest's
 
     @property
     def approval_id(self) -> str:

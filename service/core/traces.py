@@ -10,11 +10,13 @@ no-op tracer: its spans record nothing, and the callers skip their attribute wor
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from opentelemetry import context as otel_context
-from opentelemetry import trace
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
+from opentelemetry import propagate, trace
+from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
 
 NO_TRACER: Tracer = trace.NoOpTracer()
 
@@ -94,3 +96,31 @@ def fail(span: Span, error_type: str, description: str = "") -> None:
     if span.is_recording():
         span.set_attribute("error.type", error_type)
         span.set_status(Status(StatusCode.ERROR, description or error_type))
+
+
+def traceparent(span: Span) -> str:
+    """``span``'s W3C ``traceparent``, to keep with what others continue from ("" when traces
+    are off)."""
+    if not span.get_span_context().is_valid:
+        return ""
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier, context=trace.set_span_in_context(span))
+    return carrier.get("traceparent", "")
+
+
+@contextmanager
+def continued(tracer: Tracer, parent: str, name: str, attributes: dict[str, Any]) -> Iterator[Span]:
+    """A span continuing the trace whose ``traceparent`` was kept (``parent``), for work done for
+    a query on another instance than the one running it (an approval's answer): the query's trace
+    stays one, and the span links to the request that did the work. Nothing without a kept parent
+    or with traces off."""
+    if not parent or tracer is NO_TRACER:
+        yield trace.INVALID_SPAN
+        return
+    here = trace.get_current_span().get_span_context()
+    links = [Link(here)] if here.is_valid else []
+    context = propagate.extract({"traceparent": parent})
+    with tracer.start_as_current_span(
+        name, context=context, kind=SpanKind.INTERNAL, attributes=attributes, links=links
+    ) as span:
+        yield span

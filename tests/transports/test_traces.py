@@ -61,6 +61,7 @@ class Received:
     status: int
     events: list[tuple[str, dict[str, Any]]]
     resource: dict[str, Any]
+    links: list[tuple[str, str]] = field(default_factory=list)  # (trace id, span id)
 
 
 @dataclass
@@ -92,6 +93,7 @@ class Receiver:
                                 (e.name, {a.key: _value(a.value) for a in e.attributes}) for e in span.events
                             ],
                             resource=resource,
+                            links=[(link.trace_id.hex(), link.span_id.hex()) for link in span.links],
                         )
                     )
         async with self.changed:

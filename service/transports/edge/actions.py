@@ -19,7 +19,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from service.core import conversation
+from service.core import conversation, traces
 from service.core.agents import check_client_tools
 from service.core.events import ClientToolResult, client_tool_key
 from service.core.multitask import Sent
@@ -128,7 +128,14 @@ async def answer_tool_result(
     if state is None:
         _settled(None, tool_call_id)
     result = ClientToolResult(tool_use_id=tool_call_id, output=body.output, error=body.error, by=by)
-    taken = await context.sessions.answer_approval(session, result)
+    request = session.approval_requests.get(key)
+    with traces.continued(
+        context.tracer,
+        request.trace if request is not None else "",
+        f"client_tool_result {request.tool if request is not None else ''}".rstrip(),
+        {"gen_ai.tool.call.id": tool_call_id, "agentstream.tool.failed": body.error is not None},
+    ):
+        taken = await context.sessions.answer_approval(session, result)
     if taken is not None:
         _settled(taken, tool_call_id)
     return {"tool_call_id": tool_call_id, "accepted": True}

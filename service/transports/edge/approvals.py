@@ -17,6 +17,7 @@ from typing import Any
 import jsonschema
 from pydantic import ValidationError
 
+from service.core import traces
 from service.core.events import ToolApprovalResponse, client_tool_key
 from service.core.sessions import APPROVED, CLOSED, EXPIRED, PENDING, Session
 from service.errors import (
@@ -98,7 +99,14 @@ async def answer(
     response = ToolApprovalResponse(
         approval_id=approval_id, approved=body.approved, reason=body.reason or "", by=by, input=edited
     )
-    taken = await context.sessions.answer_approval(session, response)
+    request = session.approval_requests.get(approval_id)
+    with traces.continued(
+        context.tracer,
+        request.trace if request is not None else "",
+        f"tool_approval_response {request.tool if request is not None else ''}".rstrip(),
+        {"agentstream.approval.approved": body.approved, "agentstream.approval.by": by},
+    ):
+        taken = await context.sessions.answer_approval(session, response)
     if taken == "":
         raise ApprovalNotFound(f"no approval {approval_id!r} in this session")
     if taken is not None:
