@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import uuid
 from dataclasses import dataclass
 
 from opentelemetry.trace import Tracer
@@ -70,7 +71,7 @@ def configure_telemetry() -> Telemetry:
         return Telemetry()
     # Imported here: with traces off the SDK is never loaded.
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+    from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
@@ -79,6 +80,9 @@ def configure_telemetry() -> Telemetry:
     resource = Resource.create()
     if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
         resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE_NAME}))
+    # Which instance (process) a span came from, when a query's trace crosses several of them.
+    if SERVICE_INSTANCE_ID not in resource.attributes:
+        resource = resource.merge(Resource({SERVICE_INSTANCE_ID: uuid.uuid4().hex}))
     provider = TracerProvider(resource=resource)  # its sampler: OTEL_TRACES_SAMPLER
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     endpoint = env.get(ENDPOINT_VARIABLES[0]) or env.get(ENDPOINT_VARIABLES[1])
