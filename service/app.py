@@ -22,6 +22,7 @@ from service.agent.tools import Tool, ToolExecutor
 from service.config import Settings, load_settings
 from service.core.admission import Admission
 from service.core.approvals import ApprovalDesk
+from service.core.direct import Coalescing
 from service.core.durable import DurableSessionStore
 from service.core.log import MemoryEventLog
 from service.core.runs import RunManager
@@ -180,9 +181,14 @@ def _make_stores(settings: Settings) -> tuple[Any, SessionStore, Any]:
     """Where sessions live: ``(backend, sessions, records)``. In memory, or on Redis when
     ``AGENT_REDIS_URL`` is set; behind the session database when one is configured."""
 
+    coalescing = Coalescing(
+        max_window_s=settings.coalesce_max_ms / 1000,
+        per_subscriber_s=settings.coalesce_per_subscriber_us / 1e6,
+    )
+
     def memory_store() -> MemorySessionStore:
         return MemorySessionStore(
-            lambda: MemoryEventLog(settings.session_events_max_bytes),
+            lambda: MemoryEventLog(settings.session_events_max_bytes, coalescing),
             max_sessions=settings.max_sessions,
             ttl_s=settings.session_ttl_s,
             max_per_owner=settings.quota("sessions"),

@@ -124,6 +124,10 @@ class Settings(BaseSettings):
     # what is sent past it. 0: sized to the model (see context_limit()).
     context_max_tokens: int = Field(0, ge=0)
     merge_deltas_after: int = Field(64, ge=2)
+    # A log with many live subscribers holds its new events for a window before writing them to
+    # each (service/core/direct.py): 10 µs per subscriber, up to this many milliseconds; 0: never.
+    coalesce_max_ms: float = Field(100.0, ge=0, le=1000)
+    coalesce_per_subscriber_us: float = Field(10.0, ge=0, le=1000)
     steps_planning: bool = False
     poll_max_events: int = Field(1000, ge=1, le=100_000)
     allow_unauthenticated: bool = False

@@ -13,7 +13,8 @@ Contract of :class:`EventLog` (every implementation, in memory or on Redis Strea
   and costs no memory beyond the log's bound; one that falls behind the purge horizon gets
   ``EventsPurged``. The iterator ends once the log is closed and the subscriber has read all.
 - ``subscribe(..., deliver=)`` may, while the subscriber waits, hand it each new entry at once,
-  from the appending task, instead of waking it (see :data:`Deliver`); a log is free not to.
+  from the appending task, instead of waking it (see :data:`Deliver`); with ``deliver_many=``,
+  several at once (:mod:`service.core.direct`). A log is free not to.
 """
 
 from __future__ import annotations
@@ -22,11 +23,10 @@ import abc
 import asyncio
 import json
 import logging
-import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
-from typing import Any
 
+from service.core.direct import NO_COALESCING, Coalescing, Deliver, DeliverMany, Direct, DirectSet
+from service.core.entry import LogEntry
 from service.core.events import Event, TextDelta
 from service.core.wakeup import IdleWait, Wakeup
 from service.errors import EventsPurged
@@ -57,41 +57,6 @@ def json_length(event: Event) -> int:
     if type(event) is TextDelta:
         return _TEXT_DELTA_FRAME + len(_json_string(event.text)) + len(str(event.turn))
     return len(event.model_dump_json())
-
-
-@dataclass(slots=True)
-class LogEntry:
-    """An event as stored: its id, the event, its size as the log's bound counts it, and when it came.
-
-    ``encoded`` caches each dialect's wire form of the entry, so an event sent to a thousand
-    subscribers is projected and serialised once, not a thousand times.
-
-    Entries are shared by every reader and never changed once made. They are not frozen only
-    because a frozen dataclass sets each field through ``object.__setattr__``, and one is made per
-    token: frozen, an entry costs several times as much to make (measured: docs/benchmarks.md,
-    section Write-through delivery and the per-token work (89119d6)).
-    """
-
-    id: int
-    event: Event
-    size: int
-    ts: float = field(default_factory=time.time)
-    encoded: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-
-
-Deliver = Callable[[LogEntry], bool]
-"""Takes one new entry synchronously, on the appending task: True when it dealt with the entry
-(wrote it to its client, say), False to have it, and all after it, come as a batch as usual.
-
-This is write-through delivery. A subscriber that has caught up waits for the next append; waking
-its task for every token (a future, a callback, the task's whole stack resumed, then a new future
-to wait on) is work of its own per token, comparable to what the task then does with the token
-(measured: docs/benchmarks.md, section Write-through delivery and the per-token work (89119d6)).
-A transport whose client can take a write at once gives the log a ``deliver`` and its task
-sleeps until something needs it: an entry ``deliver`` declines (the end of a run, a socket with a
-backlog), a keep-alive, the close.
-``deliver`` must not raise and must not block; whatever it declines the subscription yields next.
-"""
 
 
 class EventLog(abc.ABC):
@@ -130,7 +95,12 @@ class EventLog(abc.ABC):
 
     @abc.abstractmethod
     def subscribe(
-        self, after_id: int = 0, *, idle_timeout: float | None = None, deliver: Deliver | None = None
+        self,
+        after_id: int = 0,
+        *,
+        idle_timeout: float | None = None,
+        deliver: Deliver | None = None,
+        deliver_many: DeliverMany | None = None,
     ) -> AsyncIterator[list[LogEntry]]:
         """Batches of entries after ``after_id``: the kept ones, then live ones.
 
@@ -165,7 +135,7 @@ class EventLog(abc.ABC):
 class MemoryEventLog(EventLog):
     """An :class:`EventLog` held in this process's memory."""
 
-    def __init__(self, max_bytes: int = 10 * 1024 * 1024) -> None:
+    def __init__(self, max_bytes: int = 10 * 1024 * 1024, coalescing: Coalescing = NO_COALESCING) -> None:
         self._max_bytes = max_bytes
         # A list with a moving start offset gives O(1) lookup by id; it is compacted now and then.
         self._entries: list[LogEntry] = []
@@ -175,7 +145,7 @@ class MemoryEventLog(EventLog):
         self._closed = False
         self._wakeup = Wakeup()
         # The subscriptions waiting with a ``deliver``: appends go to them directly.
-        self._direct: list[_Direct] = []
+        self._direct = DirectSet(coalescing)
         self.subscribers = 0  # subscriptions open now, to show that a transport cleans up
         self._subscribers_changed = asyncio.Event()
 
@@ -183,6 +153,11 @@ class MemoryEventLog(EventLog):
     def closed(self) -> bool:
         """True once :meth:`close` was called."""
         return self._closed
+
+    @property
+    def windows(self) -> int:
+        """How many coalescing windows were handed to the waiting subscribers."""
+        return self._direct.windows
 
     @property
     def size_bytes(self) -> int:
@@ -217,20 +192,9 @@ class MemoryEventLog(EventLog):
         if self._bytes > self._max_bytes:  # the start moves only here, and the compaction with it
             self._purge()
         if self._direct:
-            self._deliver(entry)
+            self._direct.offer(entry)
         self._wake()
         return entry
-
-    def _deliver(self, entry: LogEntry) -> None:
-        """Hand ``entry`` to each waiting ``deliver``; wake those that decline it."""
-        declined: list[_Direct] = []
-        before = entry.id - 1
-        for direct in self._direct:
-            if direct.cursor != before or not direct.take(entry):
-                direct.wake()
-                declined.append(direct)
-        if declined:
-            self._direct = [direct for direct in self._direct if direct not in declined]
 
     def _purge(self) -> None:
         # The newest event always stays, even when it alone is over the bound.
@@ -258,11 +222,16 @@ class MemoryEventLog(EventLog):
         return self._after(max(after_id, 0), limit, strict)
 
     async def subscribe(
-        self, after_id: int = 0, *, idle_timeout: float | None = None, deliver: Deliver | None = None
+        self,
+        after_id: int = 0,
+        *,
+        idle_timeout: float | None = None,
+        deliver: Deliver | None = None,
+        deliver_many: DeliverMany | None = None,
     ) -> AsyncIterator[list[LogEntry]]:
         cursor = max(after_id, 0)
         idle = IdleWait(idle_timeout) if idle_timeout is not None else None
-        direct = _Direct(deliver, idle) if deliver is not None else None
+        direct = Direct(deliver, idle, deliver_many) if deliver is not None else None
         self._count_subscriber(+1)
         try:
             while True:
@@ -280,7 +249,7 @@ class MemoryEventLog(EventLog):
                     waiter = self._wakeup.waiter()
                 else:
                     waiter = direct.wait_from(cursor)
-                    self._direct.append(direct)
+                    self._direct.add(direct)
                 try:
                     if idle is None:
                         await waiter
@@ -291,8 +260,7 @@ class MemoryEventLog(EventLog):
                     if direct is not None:
                         # What deliver took is behind the subscription now.
                         cursor = direct.cursor
-                        if direct in self._direct:
-                            self._direct.remove(direct)
+                        self._direct.discard(direct)
                 yield []
         finally:
             if idle is not None:
@@ -320,44 +288,5 @@ class MemoryEventLog(EventLog):
 
     async def close(self) -> None:
         self._closed = True
-        direct, self._direct = self._direct, []
-        for waiting in direct:
-            waiting.wake()
+        self._direct.wake_all()
         self._wake()
-
-
-class _Direct:
-    """A subscription waiting with a :data:`Deliver`: where it stands, and the future that wakes it."""
-
-    __slots__ = ("_deliver", "_idle", "_waiter", "cursor")
-
-    def __init__(self, deliver: Deliver, idle: IdleWait | None) -> None:
-        self._deliver = deliver
-        self._idle = idle
-        self._waiter: asyncio.Future[bool] | None = None
-        self.cursor = 0
-
-    def wait_from(self, cursor: int) -> asyncio.Future[bool]:
-        """Wait, caught up to ``cursor``: the future :meth:`wake` resolves."""
-        self.cursor = cursor
-        self._waiter = waiter = asyncio.get_running_loop().create_future()
-        return waiter
-
-    def take(self, entry: LogEntry) -> bool:
-        """Offer ``entry`` to ``deliver``; True when it took it (the cursor moves past it)."""
-        try:
-            taken = self._deliver(entry)
-        except Exception:  # a transport's bug must not fail the run that appends
-            logger.exception("a subscriber's deliver failed; it reads the entry as a batch instead")
-            return False
-        if taken:
-            self.cursor = entry.id
-            if self._idle is not None:
-                self._idle.touch()
-        return taken
-
-    def wake(self) -> None:
-        """Wake the subscription: it reads from its cursor as a batch."""
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(True)

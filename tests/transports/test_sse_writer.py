@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from aiohttp import web
 
 from service.app import create_app
 from service.config import Settings
+from service.core.direct import NO_COALESCING, Coalescing
 from service.core.events import TextDelta
 from service.core.log import LogEntry, MemoryEventLog
 from service.transports.stream.follow import Ending, Stop
@@ -78,10 +80,17 @@ async def _read_blocks(response: Any, count: int) -> list[list[str]]:
     return [b for b in _blocks(raw) if not b[0].startswith(":")]
 
 
+# Entries written through one at a time, or held for a window and written together.
+WINDOWS = pytest.mark.parametrize(
+    "coalescing", [NO_COALESCING, Coalescing(max_window_s=0.02, per_subscriber_s=1.0)], ids=["each", "window"]
+)
+
+
+@WINDOWS
 async def test_the_head_comes_first_with_the_retry_hint_then_each_entry_once_in_order(
-    aiohttp_client: Any,
+    aiohttp_client: Any, coalescing: Coalescing
 ) -> None:
-    log = MemoryEventLog()
+    log = MemoryEventLog(coalescing=coalescing)
     client = await _client(aiohttp_client, a=log)
     async with client.get("/test/a?retry") as response:
         head = await _read_blocks(response, 1)
@@ -98,12 +107,14 @@ async def test_the_head_comes_first_with_the_retry_hint_then_each_entry_once_in_
     assert client.server.app[PROJECTORS][0].seen == list(range(1, 52))
 
 
+@WINDOWS
 async def test_an_entry_the_socket_cannot_take_at_once_is_projected_once_and_still_written(
-    aiohttp_client: Any,
+    aiohttp_client: Any, coalescing: Coalescing
 ) -> None:
-    # Each block is over the bytes a write-through may hand the socket: the first live entry is
-    # refused there, and comes again, with those appended meanwhile, as the handler's batch.
-    log = MemoryEventLog()
+    # Each block is over the bytes a write-through may hand the socket: the first live entry (or
+    # window) is refused there, and comes again, with those appended meanwhile, as the handler's
+    # batch.
+    log = MemoryEventLog(coalescing=coalescing)
     client = await _client(aiohttp_client, a=log)
     async with client.get("/test/a?pad=40000") as response:
         await _read_blocks(response, 1)
@@ -128,3 +139,30 @@ async def test_a_log_closed_under_the_stream_is_its_ending(aiohttp_client: Any) 
         body = (await response.read()).decode()
     assert body.rstrip().endswith('data: {"ending": "closed"}')
     assert '"text": "t1"' in body
+
+
+async def test_a_window_of_entries_is_written_through_in_one_write_each_projected_once(
+    aiohttp_client: Any,
+) -> None:
+    log = MemoryEventLog(coalescing=Coalescing(max_window_s=0.02, per_subscriber_s=1.0))
+    client = await _client(aiohttp_client, a=log)
+    async with client.get("/test/a") as response:
+        await _read_blocks(response, 1)
+        await log.wait_subscribers(1)
+        for n in range(1, 6):
+            await log.append(TextDelta(text=f"t{n}"))
+        # The five come from the window, each projected once (see the end).
+        raw = b""
+        while raw.count(b"\r\n\r\n") < 5:
+            raw += await response.content.readany()
+        datas = [line[6:] for block in _blocks(raw) for line in block if line.startswith("data: ")]
+        assert [json.loads(data)["text"] for data in datas] == [f"t{n}" for n in range(1, 6)]
+        for n in range(6, 8):
+            await log.append(TextDelta(text=f"t{n}"))
+        await log.append(TextDelta(text="pause"))
+        rest = (await response.read()).decode()
+    texts = [
+        json.loads(line[6:]).get("text") for line in rest.split("\r\n") if line.startswith('data: {"text')
+    ]
+    assert texts == ["t6", "t7", "pause"]
+    assert client.server.app[PROJECTORS][0].seen == list(range(1, 9))

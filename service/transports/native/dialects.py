@@ -242,6 +242,19 @@ class SessionProjector(Projector):
         )
         return merged.encode(), len(entries)
 
+    def shared_batch(self, entries: list[LogEntry], shared: dict[Any, Any]) -> tuple[bytes, int]:
+        # The blocks depend on the entries alone (and on merge_after, the same for every stream);
+        # the status each stream keeps is the last one among them.
+        key = (SessionProjector, self.merge_after, entries[0].id)
+        made = shared.get(key)
+        if made is None:
+            data, shown = self.batch(entries)
+            changed = any(type(entry.event) is StatusChange for entry in entries)
+            made = shared[key] = (data, shown, self.status if changed else None)
+        elif made[2] is not None:
+            self.status = made[2]
+        return made[0], made[1]
+
     def heartbeat(self, last_id: int) -> bytes:
         beat = {"type": "heartbeat", "last_id": last_id, "status": self.status}
         return sse_block(dumps(beat), event="heartbeat").encode()

@@ -22,10 +22,11 @@ import enum
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Literal
+from typing import Any, Literal
 
+from service.core.direct import Deliver, DeliverMany
 from service.core.events import RunError, is_terminal
-from service.core.log import Deliver, EventLog, LogEntry
+from service.core.log import EventLog, LogEntry
 from service.errors import EventsPurged, StoreUnavailable
 
 EndReason = Literal["done", "closed", "purged", "store_unavailable", "token_expired"]
@@ -79,8 +80,9 @@ class Follower:
     :attr:`waiting` is True while the follower waits on the log for what comes next: only then may
     a shutdown interrupt it without cutting anything short (the SSE streams' drain relies on it).
 
-    With ``deliver`` (see :data:`~service.core.log.Deliver`), live entries may be handed to it
-    while the follower waits, except the one it stops at; :attr:`last_id` counts those too.
+    With ``deliver`` (see :data:`~service.core.direct.Deliver`), live entries may be handed to it
+    while the follower waits, except the one it stops at; :attr:`last_id` counts those too. With
+    ``deliver_many`` as well, a log that holds its entries for a window hands them over together.
     """
 
     def __init__(
@@ -91,12 +93,14 @@ class Follower:
         stop: Stop = Stop.NEVER,
         idle_timeout: float | None = None,
         deliver: Deliver | None = None,
+        deliver_many: DeliverMany | None = None,
     ) -> None:
         self.log = log
         self.last_id = after
         self.stop = stop
         self.idle_timeout = idle_timeout
         self._deliver = deliver
+        self._deliver_many = deliver_many
         self.waiting = False
         self.ending: Ending | None = None
         self._batches = self._follow()
@@ -111,7 +115,10 @@ class Follower:
 
     async def _follow(self) -> AsyncGenerator[list[LogEntry], None]:
         deliver = self._take if self._deliver is not None else None
-        subscription = self.log.subscribe(self.last_id, idle_timeout=self.idle_timeout, deliver=deliver)
+        many = self._take_many if deliver is not None and self._deliver_many is not None else None
+        subscription = self.log.subscribe(
+            self.last_id, idle_timeout=self.idle_timeout, deliver=deliver, deliver_many=many
+        )
         # Read once: this loop runs once per batch for every subscriber.
         stop = self.stop
         try:
@@ -157,6 +164,21 @@ class Follower:
         if not self._deliver(entry):  # type: ignore[misc]
             return False
         self.last_id = entry.id
+        return True
+
+    def _take_many(self, entries: list[LogEntry], shared: dict[Any, Any]) -> bool:
+        """Entries handed over together (see :meth:`_take`): a stretch holding the entry this
+        follower stops at comes as a batch."""
+        if self.stop is not Stop.NEVER:
+            key = ("terminal", entries[0].id)  # the same for every follower given these entries
+            ends = shared.get(key)
+            if ends is None:
+                ends = shared[key] = any(is_terminal(entry.event) for entry in entries)
+            if ends:
+                return False
+        if not self._deliver_many(entries, shared):  # type: ignore[misc]
+            return False
+        self.last_id = entries[-1].id
         return True
 
     def _cut(self, batch: list[LogEntry]) -> int | None:

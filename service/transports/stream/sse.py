@@ -62,6 +62,12 @@ class Projector:
         parts = [self.frames(entry) for entry in entries]
         return b"".join(parts), sum(1 for part in parts if part)
 
+    def shared_batch(self, entries: list[LogEntry], shared: dict[Any, Any]) -> tuple[bytes, int]:
+        """:meth:`batch` of entries handed to many streams at once (see
+        :data:`~service.core.direct.DeliverMany`): a projector whose blocks depend on the entries
+        alone keeps them in ``shared`` for the other streams of its dialect."""
+        return self.batch(entries)
+
     def holds(self, entry: LogEntry) -> bool:
         """True for an entry after which :meth:`stops` may end the stream: it is never written
         through, so it reaches :meth:`stops` with its batch."""
@@ -136,7 +142,14 @@ async def serve(
         if opening:
             await writer.write(opening.encode())
         if log is not None:
-            follower = Follower(log, after, stop=stop, idle_timeout=idle_timeout, deliver=writer.deliver)
+            follower = Follower(
+                log,
+                after,
+                stop=stop,
+                idle_timeout=idle_timeout,
+                deliver=writer.deliver,
+                deliver_many=writer.deliver_many,
+            )
             timer = at_expiry(request, writer.expiry(follower))
             try:
                 if drain:
@@ -182,9 +195,10 @@ class _Writer:
         self.settings = context.settings
         self.projector = projector
         self.delivered = delivered
-        # An entry projected for a write the socket refused: it comes again as a batch, and the
-        # projector (which may keep state) must not see it twice.
-        self.refused: tuple[int, bytes] | None = None
+        # Entries projected for a write the socket refused (the first's id, how many, their blocks
+        # and how many showed): they come again as a batch, and the projector (which may keep
+        # state) must not see them twice.
+        self.refused: tuple[int, int, bytes, int] | None = None
         # The reconnection delay, to go with the stream's first frame.
         self.retry: bytes | None = None
         # The client's token has expired (see expiry).
@@ -202,17 +216,35 @@ class _Writer:
         if not data:
             return True
         if not write_now(self.request, self.response, data):
-            self.refused = (entry.id, data)
+            self.refused = (entry.id, 1, data, 1)
             return False
         self.delivered.inc()
+        return True
+
+    def deliver_many(self, entries: list[LogEntry], shared: dict[Any, Any]) -> bool:
+        """Write ``entries`` (a coalescing window's) in one write from the appending side, if the
+        socket can take it at once; their blocks are made once for every stream of the dialect."""
+        if self.retry is not None or self.expired:
+            return False
+        holds = self._holds
+        if holds is not None and any(holds(entry) for entry in entries):
+            return False
+        data, shown = self.projector.shared_batch(entries, shared)
+        if not data:
+            return True
+        if not write_now(self.request, self.response, data):
+            self.refused = (entries[0].id, len(entries), data, shown)
+            return False
+        self.delivered.inc(shown)
         return True
 
     def _project(self, batch: list[LogEntry]) -> tuple[bytes, int]:
         refused = self.refused
         if refused is not None and refused[0] == batch[0].id:
             self.refused = None
-            data, shown = self.projector.batch(batch[1:])
-            return refused[1] + data, shown + 1
+            first_id, count, blocks, refused_shown = refused
+            data, shown = self.projector.batch(batch[count:])
+            return blocks + data, shown + refused_shown
         return self.projector.batch(batch)
 
     async def write(self, data: bytes) -> None:

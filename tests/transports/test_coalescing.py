@@ -1,0 +1,58 @@
+"""Many viewers of one session, with the window that holds new events for them (AGENT_COALESCE_*)
+set so that a handful of viewers gets one: each receives every event once, in order, byte for
+byte what the others receive, and the answer whole."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp.test_utils import TestClient
+
+from tests.conftest import ClientFactory, services_of
+from tests.support.sessions import new_session
+from tests.transports.test_sessions import send
+
+VIEWERS = 6
+
+
+def ids_of(raw: bytes) -> list[int]:
+    return [int(line[4:]) for line in raw.decode().split("\r\n") if line.startswith("id: ")]
+
+
+async def raw_stream(client: TestClient, session_id: str, after: int) -> bytes:
+    """A session's SSE stream after ``after`` to the query's end, as the bytes that came."""
+    async with client.get(
+        f"/sessions/{session_id}/events", headers={"Last-Event-ID": str(after)}
+    ) as response:
+        assert response.status == 200
+        return await response.read()  # the stream ends with the query's end
+
+
+async def test_viewers_in_a_window_get_the_same_events_once_and_in_order(make_client: ClientFactory) -> None:
+    # 1 ms per viewer, up to 20 ms: six viewers get a 6 ms window, at 400 tokens a second.
+    client = await make_client(
+        coalesce_per_subscriber_us=1000, coalesce_max_ms=20, emulator_tokens_per_second=400
+    )
+    session_id = await new_session(client)
+    session = await services_of(client).sessions.get(session_id)
+    after = (await send(client, session_id, "Tell me a story [emu:tokens=200]"))["after_id"]
+    streams = await asyncio.gather(*(raw_stream(client, session_id, after) for _ in range(VIEWERS)))
+
+    entries = await session.log.read(after)
+    assert entries[-1].event.type == "done"
+    assert all(raw == streams[0] for raw in streams)  # the same bytes for every viewer
+    assert ids_of(streams[0]) == [entry.id for entry in entries]  # each once, in order
+    text = "".join(e.event.text for e in entries if e.event.type == "text_delta")
+    assert text == entries[-1].event.output and len(text.split()) == 200
+    # Windows were used: the viewers were handed events together.
+    assert session.log.windows > 0
+
+
+async def test_the_window_is_off_with_coalesce_max_ms_zero(make_client: ClientFactory) -> None:
+    client = await make_client(coalesce_max_ms=0, coalesce_per_subscriber_us=1000)
+    session_id = await new_session(client)
+    session = await services_of(client).sessions.get(session_id)
+    after = (await send(client, session_id, "Tell me a story [emu:tokens=50]"))["after_id"]
+    streams = await asyncio.gather(*(raw_stream(client, session_id, after) for _ in range(3)))
+    assert all(raw == streams[0] for raw in streams)
+    assert session.log.windows == 0
