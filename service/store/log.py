@@ -9,8 +9,9 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
+from service.core.direct import Deliver, DeliverMany
 from service.core.events import Event
-from service.core.log import Deliver, EventLog, LogEntry, entry_bytes
+from service.core.log import EventLog, LogEntry, entry_bytes
 from service.core.sessions import (
     IDLE,
 )
@@ -156,7 +157,12 @@ class RedisEventLog(EventLog):
         return entries
 
     async def subscribe(
-        self, after_id: int = 0, *, idle_timeout: float | None = None, deliver: Deliver | None = None
+        self,
+        after_id: int = 0,
+        *,
+        idle_timeout: float | None = None,
+        deliver: Deliver | None = None,
+        deliver_many: DeliverMany | None = None,
     ) -> AsyncIterator[list[LogEntry]]:
         # ``deliver`` is not used: every live entry comes as a batch from the instance's reader.
         fanout = self._backend.fanout

@@ -13,10 +13,10 @@ import aiohttp
 from tests.cluster.test_approvals import APPROVAL, approve, pending_request
 from tests.cluster.test_scaleout import create_session, instance_env, payloads, read_events
 from tests.support.instances import ServiceProcess
-from tests.transports import test_traces
-from tests.transports.test_traces import SERVER, Receiver, children, trace_of
+from tests.support.traces import SERVER, Received, Receiver, children, trace_of
+from tests.transports import conftest as transports
 
-receiver = test_traces.receiver  # the fixture: a real OTLP/HTTP receiver both instances export to
+receiver = transports.receiver  # the fixture: a real OTLP/HTTP receiver both instances export to
 
 OTEL = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME", "OTEL_BSP_SCHEDULE_DELAY")
 
@@ -39,7 +39,7 @@ async def test_an_answer_taken_by_the_other_instance_stays_in_the_querys_trace(
         events = payloads(await read_events(http, a, session_id))
         assert events[-1]["type"] == "done"
 
-        def whole(spans: list[test_traces.Received]) -> list[test_traces.Received] | None:
+        def whole(spans: list[Received]) -> list[Received] | None:
             ours = trace_of(spans, trace_id)
             return (
                 ours

@@ -6,140 +6,22 @@ milliseconds and each test waits on the receiver for the spans it expects."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import secrets
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from aiohttp import web
 from aiohttp.test_utils import TestClient
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
-    ExportTraceServiceResponse,
-)
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue
-from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
-from opentelemetry.proto.trace.v1.trace_pb2 import Status
 
 from tests.agent.test_mcp import McpTestServer
 from tests.conftest import ClientFactory, services_of, sse_events, stream_agent
+from tests.support.traces import CLIENT, ERROR, INTERNAL, SERVER, Received, Receiver, children, trace_of
 from tests.test_logs import json_log_lines
 from tests.transports.test_agents import agents_file
 from tests.transports.test_sessions import send
-
-SERVER, INTERNAL, CLIENT = (
-    ProtoSpan.SPAN_KIND_SERVER,
-    ProtoSpan.SPAN_KIND_INTERNAL,
-    ProtoSpan.SPAN_KIND_CLIENT,
-)
-ERROR = Status.STATUS_CODE_ERROR
-
-
-def _value(value: AnyValue) -> Any:
-    kind = value.WhichOneof("value")
-    if kind == "array_value":
-        return tuple(_value(item) for item in value.array_value.values)
-    return getattr(value, kind) if kind else None
-
-
-@dataclass
-class Received:
-    """One exported span, flattened."""
-
-    name: str
-    kind: int
-    trace_id: str
-    span_id: str
-    parent_id: str
-    attributes: dict[str, Any]
-    status: int
-    events: list[tuple[str, dict[str, Any]]]
-    resource: dict[str, Any]
-    links: list[tuple[str, str]] = field(default_factory=list)  # (trace id, span id)
-
-
-@dataclass
-class Receiver:
-    """An OTLP/HTTP trace collector: what it was sent, and a condition to wait on it."""
-
-    spans: list[Received] = field(default_factory=list)
-    content_types: set[str] = field(default_factory=set)
-    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
-
-    async def handle(self, request: web.Request) -> web.Response:
-        self.content_types.add(request.content_type)
-        export = ExportTraceServiceRequest()
-        export.ParseFromString(await request.read())
-        for resource_spans in export.resource_spans:
-            resource = {a.key: _value(a.value) for a in resource_spans.resource.attributes}
-            for scope_spans in resource_spans.scope_spans:
-                for span in scope_spans.spans:
-                    self.spans.append(
-                        Received(
-                            name=span.name,
-                            kind=span.kind,
-                            trace_id=span.trace_id.hex(),
-                            span_id=span.span_id.hex(),
-                            parent_id=span.parent_span_id.hex(),
-                            attributes={a.key: _value(a.value) for a in span.attributes},
-                            status=span.status.code,
-                            events=[
-                                (e.name, {a.key: _value(a.value) for a in e.attributes}) for e in span.events
-                            ],
-                            resource=resource,
-                            links=[(link.trace_id.hex(), link.span_id.hex()) for link in span.links],
-                        )
-                    )
-        async with self.changed:
-            self.changed.notify_all()
-        return web.Response(
-            body=ExportTraceServiceResponse().SerializeToString(), content_type="application/x-protobuf"
-        )
-
-    async def wait_for(self, found: Callable[[list[Received]], Any]) -> Any:
-        """Wait until ``found`` returns something truthy for the spans received; return that."""
-        async with asyncio.timeout(10), self.changed:
-            result = found(self.spans)
-            while not result:
-                await self.changed.wait()
-                result = found(self.spans)
-        return result
-
-    def named(self, name: str) -> list[Received]:
-        return [span for span in self.spans if span.name == name]
-
-
-@pytest.fixture
-async def receiver(aiohttp_server: Any, monkeypatch: pytest.MonkeyPatch) -> Receiver:
-    receiving = Receiver()
-    app = web.Application()
-    app.router.add_post("/v1/traces", receiving.handle)
-    server = await aiohttp_server(app)
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{server.port}")
-    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
-    monkeypatch.delenv("OTEL_SDK_DISABLED", raising=False)
-    monkeypatch.setenv("OTEL_SERVICE_NAME", "agentstream-test")
-    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "5")  # milliseconds: spans leave as they end
-    return receiving
-
-
-@pytest.fixture
-async def traced(receiver: Receiver, make_client: ClientFactory) -> TestClient:
-    return await make_client()
-
-
-def trace_of(spans: list[Received], trace_id: str) -> list[Received]:
-    return [span for span in spans if span.trace_id == trace_id]
-
-
-def children(spans: list[Received], parent: Received) -> list[Received]:
-    return [span for span in spans if span.parent_id == parent.span_id]
 
 
 async def test_a_calculator_query_is_one_trace_continued_from_the_clients_traceparent(

@@ -1,7 +1,7 @@
 """Traces of a query's waits on someone else: a person's approval and a browser-side tool's
 result, each a span under the query's with its outcome, and the answer's own span in the
 query's trace (linked to the request that brought it). A real OTLP/HTTP receiver gets the spans
-(tests/transports/test_traces.py); expiries are driven by a clock the test moves."""
+(tests/support/traces.py); expiries are driven by a clock the test moves."""
 
 from __future__ import annotations
 
@@ -11,11 +11,8 @@ from aiohttp.test_utils import TestClient
 
 from tests.conftest import ClientFactory, services_of
 from tests.support.clock import ManualClock
-from tests.transports import test_traces
+from tests.support.traces import ERROR, INTERNAL, SERVER, Receiver, children, trace_of
 from tests.transports.test_actions import LOCATION, entries_until, logged, new_session, of_type
-from tests.transports.test_traces import ERROR, INTERNAL, SERVER, Receiver, children, trace_of
-
-receiver = test_traces.receiver  # the fixture: a real OTLP/HTTP receiver the app exports to
 
 
 def traceparent() -> tuple[str, str, str]:

@@ -162,6 +162,7 @@ async def test_bad_messages_get_errors_and_the_socket_stays_open(client: TestCli
         (json.dumps({"type": "run"}), "invalid"),
         (json.dumps({"type": "run", "message": "x", "max_turns": 0}), "invalid"),
         (json.dumps({"type": "unsubscribe", "session_id": session_id}), "not_subscribed"),
+        (json.dumps({"type": "cancel", "session_id": session_id, "_meta": "00-trace"}), "invalid"),
     ]
     async with client.ws_connect("/ws") as ws:
         for text, code in cases:

@@ -1,11 +1,18 @@
 """A server span per HTTP request that can start work (a POST), continued from the client's
 W3C ``traceparent``: the query a request starts gets its span as the parent, so a front end's
-trace goes on through the service. The app installs it only when traces are on."""
+trace goes on through the service. The app installs it only when traces are on.
+
+:func:`remote_parent` reads the same context from a message's ``_meta`` object, where the
+WebSocket and MCP faces take it."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from aiohttp import web
-from opentelemetry import propagate
+from opentelemetry import propagate, trace
+from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from service.core.traces import NO_TRACER
@@ -50,3 +57,11 @@ def _status(span: Span, status: int) -> None:
     if status >= 500:  # a server span fails on the server's errors only (the HTTP conventions)
         span.set_attribute("error.type", str(status))
         span.set_status(Status(StatusCode.ERROR))
+
+
+def remote_parent(carrier: Mapping[str, Any]) -> Context | None:
+    """The caller's span context a protocol's ``_meta`` object carries (``traceparent``,
+    ``tracestate``, read by the configured propagators), or None when it holds none that is valid.
+    Only its string values are read: the propagators take nothing else."""
+    extracted = propagate.extract({name: value for name, value in carrier.items() if isinstance(value, str)})
+    return extracted if trace.get_current_span(extracted).get_span_context().is_valid else None

@@ -191,7 +191,9 @@ class McpSessions:
         self.max_sessions = settings.mcp_max_sessions
         self.ttl_s = settings.mcp_session_ttl_s
         self.server = build_server(
-            session_of=lambda request: request[MCP_SESSION], exchange_of=lambda r: r[EXCHANGE]
+            session_of=lambda request: request[MCP_SESSION],
+            exchange_of=lambda r: r[EXCHANGE],
+            tracer=context.tracer,
         )
         self._sessions: dict[str, McpSession] = {}
         self._next_sweep = time.monotonic() + self.ttl_s / 4

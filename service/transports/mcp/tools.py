@@ -33,12 +33,14 @@ from aiohttp import web
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+from opentelemetry.trace import Tracer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from service import jsonsafe
 from service.core.agents import check_bound, chosen
 from service.core.events import RunDone, RunError, TextDelta, is_terminal
 from service.core.sessions import ACTIVE, RUNNING, Session
+from service.core.traces import NO_TRACER
 from service.errors import (
     AgentMismatch,
     ApprovalError,
@@ -56,6 +58,7 @@ from service.transports.edge.auth import owner_of
 from service.transports.edge.context import Context, context_of
 from service.transports.edge.inputs import AgentName, ApprovalAnswer, MaxTurns, Strategy, Text
 from service.transports.edge.quotas import quota_fields
+from service.transports.mcp.tracing import TracingMiddleware
 from service.transports.stream import session as dialect
 from service.transports.stream.follow import ThroughRun
 from service.transports.stream.reading import IndexAhead, poll
@@ -65,6 +68,7 @@ class Follows(Protocol):
     """What the tools need of an MCP session (``McpSession`` in the HTTP module): the agent
     sessions it follows on its stream, and its log level."""
 
+    id: str
     followed: Mapping[str, int]
 
     def follow(self, session: Session, after: int) -> None:
@@ -376,9 +380,12 @@ async def call_tool(
 
 
 def build_server(
-    session_of: Callable[[web.Request], Follows], exchange_of: Callable[[web.Request], Any]
+    session_of: Callable[[web.Request], Follows],
+    exchange_of: Callable[[web.Request], Any],
+    tracer: Tracer = NO_TRACER,
 ) -> Server[Any]:
-    """The SDK server: tools and logging, each handler reaching the core through ``ctx.request``."""
+    """The SDK server: tools and logging, each handler reaching the core through ``ctx.request``;
+    a span per message on ``tracer`` (:mod:`service.transports.mcp.tracing`) when traces are on."""
 
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
@@ -407,7 +414,7 @@ def build_server(
         # The SDK flags logging as deprecated for its 2026 protocol revision; this face speaks the
         # handshake revisions, where logging/setLevel is how a client asks for notifications.
         warnings.simplefilter("ignore", MCPDeprecationWarning)
-        return Server(
+        server = Server(
             SERVER_NAME,
             version=_version(),
             instructions=INSTRUCTIONS,
@@ -415,6 +422,13 @@ def build_server(
             on_call_tool=on_call_tool,
             on_set_logging_level=set_level,
         )
+
+    def session_id_of(request: web.Request | None) -> str | None:
+        return None if request is None else session_of(request).id
+
+    # In place of the SDK's span middleware, which traces on the process's global tracer.
+    server.middleware = [] if tracer is NO_TRACER else [TracingMiddleware(tracer, session_id_of)]
+    return server
 
 
 def _version() -> str:

@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from typing import Any
 
 from aiohttp import WSCloseCode, WSMsgType, web
-from pydantic import BaseModel, ValidationError
 
 from service import jsonsafe
 from service.core.agents import chosen
 from service.core.log import LogEntry
 from service.core.run_state import Run
 from service.core.sessions import Session
+from service.core.traces import NO_TRACER
 from service.errors import (
     ApprovalError,
     ConversationError,
@@ -37,36 +38,40 @@ from service.errors import (
 from service.transports.edge import actions, approvals
 from service.transports.edge.auth import TOKEN_EXPIRED, at_expiry, origin_allowed, owner_of
 from service.transports.edge.context import Context, context_of
-from service.transports.edge.inputs import MessageRequest, ToolResultRequest, text_refused
+from service.transports.edge.inputs import MessageRequest, ToolResultRequest
 from service.transports.edge.middleware import unavailable_reply
 from service.transports.edge.quotas import quota_fields
 from service.transports.stream.follow import Ending, Stop
 from service.transports.stream.pump import Outbox, Pumps, TooSlow, pump, write_until_closed
 from service.transports.stream.reading import purged_body
 from service.transports.stream.session import merge_text_runs, session_frame, ws_frame
+from service.transports.ws.messages import (
+    ClientError,
+    check_meta,
+    optional_int,
+    optional_str,
+    parsed,
+    required_str,
+    validated,
+)
+from service.transports.ws.tracing import TRACED, message_span, refused, upgrade_parent
 
 log = logging.getLogger(__name__)
-Model = TypeVar("Model", bound=BaseModel)
 
 TRY_AGAIN_LATER = 1013
 TOKEN_EXPIRED_CLOSE = 4401  # like HTTP's 401: come back with a fresh token
 SOCKETS = web.AppKey("ws_sockets", set)
 
 
-class ClientError(Exception):
-    """A bad client message: becomes an ``error`` frame with ``code``."""
-
-    def __init__(self, code: str, message: str, **extra: Any) -> None:
-        super().__init__(message)
-        self.code = code
-        self.extra = extra
-
-
 class Connection:
     """One WebSocket client: its subscriptions, its short-lived runs, and its outbox."""
 
-    def __init__(self, ws: web.WebSocketResponse, context: Context, owner: str) -> None:
+    def __init__(
+        self, ws: web.WebSocketResponse, context: Context, owner: str, upgrade: Mapping[str, str]
+    ) -> None:
         self.ws = ws
+        # The parent of the messages' spans that name none in their ``_meta``; None: traces off.
+        self.trace_parent = None if context.tracer is NO_TRACER else upgrade_parent(upgrade)
         self.context = context
         self.owner = owner
         self._delivered = context.metrics.delivered("ws")
@@ -140,18 +145,20 @@ class Connection:
 
     async def handle(self, text: str) -> None:
         """Parse and run one client message; a bad one gets an error frame."""
-        request_type = None
         try:
-            try:
-                message = jsonsafe.loads(text)
-            except ValueError as exc:
-                raise ClientError("bad_json", f"malformed JSON: {exc}") from None
-            if not isinstance(message, dict):
-                raise ClientError("invalid", "a message must be a JSON object")
-            refused = text_refused(text, message)
-            if refused is not None:
-                raise ClientError("invalid", refused)
-            request_type = message.get("type")
+            message = parsed(text)
+        except ClientError as error:
+            await self.handle_error(error, None)
+            return
+        request_type = message.get("type")
+        if self.trace_parent is None or request_type not in TRACED:
+            await self._dispatch(message, request_type)
+            return
+        with message_span(self.context.tracer, request_type, message.get("_meta"), self.trace_parent):
+            await self._dispatch(message, request_type)
+
+    async def _dispatch(self, message: dict[str, Any], request_type: Any) -> None:
+        try:
             if request_type != "ping":
                 await self._count_request()
             handler = self._handlers.get(request_type) if isinstance(request_type, str) else None
@@ -160,6 +167,7 @@ class Connection:
                     "unknown_type",
                     f"unknown message type {request_type!r}; expected one of {', '.join(sorted(self._handlers))}",
                 )
+            check_meta(message)
             await handler(self, message)
         except ClientError as error:
             await self.handle_error(error, request_type)
@@ -176,6 +184,8 @@ class Connection:
 
     async def handle_error(self, error: ClientError, request_type: Any) -> None:
         """Tell the client its message was refused, and why."""
+        if self.trace_parent is not None:
+            refused(error.code, str(error))
         await self.emit_json(
             {
                 "type": "error",
@@ -191,7 +201,7 @@ class Connection:
 
     async def _subscribe(self, message: dict[str, Any]) -> None:
         session = await self._session(message)
-        after = _optional_int(message, "last_event_id")
+        after = optional_int(message, "last_event_id")
         log_ = session.log
         last = await log_.last_id()
         if after is not None:
@@ -215,7 +225,7 @@ class Connection:
         self.pumps.start(session.id, self._pump(session, after))
 
     async def _unsubscribe(self, message: dict[str, Any]) -> None:
-        session_id = _required_str(message, "session_id")
+        session_id = required_str(message, "session_id")
         if not self.pumps.stop(session_id):
             raise ClientError("not_subscribed", "not subscribed to that session", session_id=session_id)
         await self.emit_json({"type": "unsubscribed", "session_id": session_id})
@@ -223,7 +233,7 @@ class Connection:
     async def _message(self, message: dict[str, Any]) -> None:
         session = await self._session(message)
         fields = {name: value for name, value in message.items() if name not in ("type", "session_id")}
-        body = _validated(MessageRequest, fields, session_id=session.id)
+        body = validated(MessageRequest, fields, session_id=session.id)
         self._check_query(body.content or "", body.max_turns, session_id=session.id)
         context = {"session_id": session.id}
         try:
@@ -241,9 +251,9 @@ class Connection:
 
     async def _tool_result(self, message: dict[str, Any]) -> None:
         session = await self._session(message)
-        tool_call_id = _required_str(message, "tool_call_id")
+        tool_call_id = required_str(message, "tool_call_id")
         fields = {name: message[name] for name in ("output", "error") if name in message}
-        body = _validated(ToolResultRequest, fields, session_id=session.id, tool_call_id=tool_call_id)
+        body = validated(ToolResultRequest, fields, session_id=session.id, tool_call_id=tool_call_id)
         reply = await actions.answer_tool_result(self.context, session, tool_call_id, body, "ws")
         await self.emit_json({"type": "tool_result_accepted", "session_id": session.id, **reply})
 
@@ -254,14 +264,14 @@ class Connection:
 
     async def _approve(self, message: dict[str, Any]) -> None:
         session = await self._session(message)
-        approval_id = _required_str(message, "approval_id")
+        approval_id = required_str(message, "approval_id")
         reply = await approvals.answer_message(self.context, session, approval_id, message, "ws")
         await self.emit_json({"type": "approval_answered", "session_id": session.id, **reply})
 
     async def _create(self, message: dict[str, Any]) -> None:
         """A new idle session of the agent named (the default one without ``agent``), for the
         client to subscribe to and send messages in, as ``POST /sessions`` makes."""
-        agent = chosen(self.context.agents, _optional_str(message, "agent"))
+        agent = chosen(self.context.agents, optional_str(message, "agent"))
         try:
             session = await self.context.sessions.create(owner=self.owner, agent=agent)
         except SessionLimitReached as exc:
@@ -271,11 +281,11 @@ class Connection:
         await self.emit_json({"type": "created", "session_id": session.id, "agent": session.agent})
 
     async def _run(self, message: dict[str, Any]) -> None:
-        text = _required_str(message, "message")
+        text = required_str(message, "message")
         if not text.strip():
             raise ClientError("invalid", "message must not be blank")
-        max_turns = _optional_int(message, "max_turns")
-        agent = chosen(self.context.agents, _optional_str(message, "agent"))
+        max_turns = optional_int(message, "max_turns")
+        agent = chosen(self.context.agents, optional_str(message, "agent"))
         self._check_query(text, max_turns)
         session = await self._create_ephemeral(agent)
         self.ephemeral.add(session.id)
@@ -306,7 +316,7 @@ class Connection:
     # -- helpers ---------------------------------------------------------------------------
 
     async def _session(self, message: dict[str, Any]) -> Session:
-        session_id = _required_str(message, "session_id")
+        session_id = required_str(message, "session_id")
         return await self.context.sessions.get_owned(session_id, self.owner)
 
     async def _create_ephemeral(self, agent: str) -> Session:
@@ -477,43 +487,6 @@ def _ids(message: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _validated(model: type[Model], fields: dict[str, Any], **context: Any) -> Model:
-    """``fields`` as ``model``; an ``invalid`` error naming the first problem otherwise."""
-    try:
-        return model.model_validate(fields)
-    except ValidationError as exc:
-        problem = exc.errors(include_url=False)[0]
-        where = ".".join(str(part) for part in problem["loc"])
-        raise ClientError(
-            "invalid", f"{where}: {problem['msg']}" if where else problem["msg"], **context
-        ) from None
-
-
-def _required_str(message: dict[str, Any], name: str) -> str:
-    value = message.get(name)
-    if not isinstance(value, str) or not value:
-        raise ClientError("invalid", f"{name} (a non-empty string) is required")
-    return value
-
-
-def _optional_str(message: dict[str, Any], name: str) -> str | None:
-    value = message.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value:
-        raise ClientError("invalid", f"{name} must be a non-empty string")
-    return value
-
-
-def _optional_int(message: dict[str, Any], name: str) -> int | None:
-    value = message.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ClientError("invalid", f"{name} must be a non-negative integer")
-    return value
-
-
 async def websocket(request: web.Request) -> web.StreamResponse:
     """``GET /ws``: the WebSocket protocol of ../shared/DESIGN.md."""
     context = context_of(request)
@@ -534,7 +507,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
     except BaseException:
         await quotas.close_stream(owner)
         raise
-    connection = Connection(ws, context, owner)
+    connection = Connection(ws, context, owner, request.headers)
     request.app[SOCKETS].add(connection)
     sockets = context.metrics.connections.labels("ws")
     sockets.inc()
