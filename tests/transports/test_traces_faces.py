@@ -56,7 +56,8 @@ async def test_a_websocket_message_continues_the_trace_in_its_meta(
             {"type": "message", "session_id": session_id, "content": "What is 17 * 3?", "_meta": meta}
         )
         frames = await until(ws, is_done)
-    assert frames[0]["type"] == "accepted" and frames[-1]["turns"] == 2
+    # The reply and the session's first events come on their own ways (on Redis, either first).
+    assert "accepted" in [frame["type"] for frame in frames] and frames[-1]["turns"] == 2
 
     # The message's span, the query's, two model turns and the calculator: one trace, the client's.
     spans = await receiver.wait_for(spans_of_trace(trace_id, 5))
