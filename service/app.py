@@ -200,6 +200,7 @@ def _make_stores(settings: Settings) -> tuple[Any, SessionStore, Any]:
         from service.store.redis import make_store
 
         backend, sessions = make_store(settings, memory_store)
+        backend.fanout.coalescing = coalescing
     else:
         sessions = memory_store()
     records = None

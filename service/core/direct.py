@@ -148,8 +148,10 @@ class DirectSet:
     def offer(self, entry: LogEntry) -> None:
         """A new entry: handed over now, or held for the window under way (or one it starts)."""
         if self._held:
-            self._held.append(entry)
-            return
+            if entry.id == self._held[-1].id + 1:
+                self._held.append(entry)
+                return
+            self.flush()  # not contiguous (a shared log's reader skipped purged ids): start over
         window = self.coalescing.window(len(self.waiting))
         if window:
             self._held.append(entry)

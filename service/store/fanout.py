@@ -21,6 +21,7 @@ from typing import Any
 from redis.asyncio.connection import Connection
 from redis.exceptions import RedisError
 
+from service.core.direct import NO_COALESCING, Coalescing, DirectSet
 from service.core.events import Event, StatusChange
 from service.core.log import LogEntry
 from service.core.sessions import (
@@ -64,9 +65,12 @@ class Tail:
         "pending",
         "local_until",
         "regap",
+        "direct",
     )
 
-    def __init__(self, session_id: str, key: str, cursor: int, status: str) -> None:
+    def __init__(
+        self, session_id: str, key: str, cursor: int, status: str, coalescing: Coalescing = NO_COALESCING
+    ) -> None:
         self.session_id = session_id
         self.key = key
         self.cursor = cursor  # the newest id the reader has seen
@@ -85,9 +89,14 @@ class Tail:
         # reader need not read the log; ``regap`` is called when an append finds a gap.
         self.local_until = 0.0
         self.regap: Any = None
+        # The subscriptions waiting with a deliver, caught up with the cursor: each new entry is
+        # handed to them (in windows, when they are many) instead of waking their tasks.
+        self.direct = DirectSet(coalescing)
 
     def wake(self) -> None:
         self.wakeup.notify()
+        if self.closed or self.failed is not None:
+            self.direct.wake_all()
 
     def take(self, entry: LogEntry) -> None:
         """Add the entry that follows the cursor (the caller wakes the subscribers)."""
@@ -96,6 +105,8 @@ class Tail:
         if isinstance(event, StatusChange):
             self.status = RUNNING if event.status in ACTIVE else IDLE
         self.entries.append(entry)
+        if self.direct:
+            self.direct.offer(entry)
 
     def stored(self, entries: list[LogEntry]) -> None:
         """Entries this instance has just appended. When they follow the cursor they are the
@@ -153,11 +164,18 @@ class Fanout:
         self._subscribers_changed = asyncio.Event()
         self._connection: Connection | None = None  # the reader's own, for its blocking XREAD
         self._pokes: set[asyncio.Task[None]] = set()
+        self.coalescing = NO_COALESCING  # the app's (AGENT_COALESCE_*), for each new tail
+        self._windows_before = 0  # the coalescing windows of the tails dropped since
 
     def _count(self, change: int) -> None:
         self.subscribers += change
         changed, self._subscribers_changed = self._subscribers_changed, asyncio.Event()
         changed.set()
+
+    @property
+    def windows(self) -> int:
+        """How many coalescing windows this instance's tails handed to their subscribers."""
+        return self._windows_before + sum(tail.direct.windows for tail in self.tails.values())
 
     def subscribers_of(self, session_id: str) -> int:
         tail = self.tails.get(session_id)
@@ -175,7 +193,7 @@ class Fanout:
                 last = int(await backend.redis.hget(backend.meta_key(session_id), "last_id") or 0)
             tail = self.tails.get(session_id)  # another subscriber may have won the race
             if tail is None:
-                tail = Tail(session_id, backend.log_key(session_id), last, status)
+                tail = Tail(session_id, backend.log_key(session_id), last, status, self.coalescing)
                 tail.regap = self._regap
                 self.tails[session_id] = tail
                 self._by_key[tail.key] = tail
@@ -187,6 +205,7 @@ class Fanout:
     def unwatch(self, tail: Tail) -> None:
         tail.refs -= 1
         if tail.refs <= 0 and self.tails.get(tail.session_id) is tail:
+            self._windows_before += tail.direct.windows
             del self.tails[tail.session_id]
             self._by_key.pop(tail.key, None)
         self._count(-1)

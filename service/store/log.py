@@ -9,7 +9,7 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-from service.core.direct import Deliver, DeliverMany
+from service.core.direct import Deliver, DeliverMany, Direct
 from service.core.events import Event
 from service.core.log import EventLog, LogEntry, entry_bytes
 from service.core.sessions import (
@@ -156,6 +156,11 @@ class RedisEventLog(EventLog):
             raise EventsPurged(after_id, entries[0].id)
         return entries
 
+    @property
+    def windows(self) -> int:
+        """How many coalescing windows this instance handed to its subscribers (of every log)."""
+        return self._backend.fanout.windows
+
     async def subscribe(
         self,
         after_id: int = 0,
@@ -164,11 +169,13 @@ class RedisEventLog(EventLog):
         deliver: Deliver | None = None,
         deliver_many: DeliverMany | None = None,
     ) -> AsyncIterator[list[LogEntry]]:
-        # ``deliver`` is not used: every live entry comes as a batch from the instance's reader.
+        # Live entries come from the instance's reader, into the log's tail: a subscription caught
+        # up with the tail and given a ``deliver`` is handed them there (service.core.direct).
         fanout = self._backend.fanout
         cursor = max(after_id, 0)
         tail = await fanout.watch(self._session_id, self._status)
         idle = IdleWait(idle_timeout) if idle_timeout is not None else None
+        direct = Direct(deliver, idle, deliver_many) if deliver is not None else None
         try:
             while True:
                 if tail.failed is not None:
@@ -187,11 +194,24 @@ class RedisEventLog(EventLog):
                     continue
                 if tail.closed or self._closed:
                     return
+                handed = False
                 if waiter is None:
-                    waiter = tail.wakeup.waiter()
-                if idle is None:
-                    await waiter
-                elif not await idle.wait(waiter):
+                    if direct is not None and tail.failed is None and cursor == tail.cursor:
+                        waiter = direct.wait_from(cursor)
+                        tail.direct.add(direct)
+                        handed = True
+                    else:
+                        waiter = tail.wakeup.waiter()
+                try:
+                    idle_ran_out = idle is not None and not await idle.wait(waiter)
+                    if idle is None:
+                        await waiter
+                finally:
+                    if handed:
+                        # What deliver took is behind the subscription now.
+                        cursor = direct.cursor  # type: ignore[union-attr]
+                        tail.direct.discard(direct)  # type: ignore[arg-type]
+                if idle_ran_out:
                     yield []
         finally:
             if idle is not None:

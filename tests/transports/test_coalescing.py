@@ -1,20 +1,17 @@
 """Many viewers of one session, with the window that holds new events for them (AGENT_COALESCE_*)
 set so that a handful of viewers gets one: each receives every event once, in order, byte for
-byte what the others receive, and the answer whole."""
+byte what the others receive, and the answer whole. On Redis the window is the log's tail's,
+fed by the instance's reader and its own appends."""
 
 from __future__ import annotations
 
 import asyncio
 
-import pytest
 from aiohttp.test_utils import TestClient
 
-from tests.conftest import SUITE_REDIS_URL, ClientFactory, services_of
+from tests.conftest import ClientFactory, services_of
 from tests.support.sessions import new_session
 from tests.transports.test_sessions import send
-
-# The window is the memory log's: on Redis every live entry comes from the instance's reader.
-pytestmark = pytest.mark.skipif(bool(SUITE_REDIS_URL), reason="the memory log's windows")
 
 VIEWERS = 6
 
