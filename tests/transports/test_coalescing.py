@@ -6,6 +6,7 @@ fed by the instance's reader and its own appends."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from aiohttp.test_utils import TestClient
 
@@ -57,3 +58,53 @@ async def test_the_window_is_off_with_coalesce_max_ms_zero(make_client: ClientFa
     streams = await asyncio.gather(*(raw_stream(client, session_id, after) for _ in range(3)))
     assert all(raw == streams[0] for raw in streams)
     assert session.log.windows == 0
+
+
+async def ws_viewer(
+    client: TestClient, session_id: str, after: int, ready: asyncio.Event
+) -> list[dict[str, Any]]:
+    """A WebSocket following the session after ``after``: its session frames to the query's end."""
+    frames: list[dict[str, Any]] = []
+    async with client.ws_connect("/ws") as ws:
+        await ws.send_json({"type": "subscribe", "session_id": session_id, "last_event_id": after})
+        while True:
+            frame = await ws.receive_json()
+            if frame["type"] == "subscribed":
+                ready.set()
+                continue
+            frames.append(frame)
+            if frame["type"] in {"done", "error"}:
+                return frames
+
+
+async def test_websocket_viewers_in_a_window_get_every_event_once_and_in_order(
+    make_client: ClientFactory,
+) -> None:
+    client = await make_client(
+        coalesce_per_subscriber_us=1000, coalesce_max_ms=20, emulator_tokens_per_second=400
+    )
+    session_id = await new_session(client)
+    session = await services_of(client).sessions.get(session_id)
+    after = await session.log.last_id()
+    readies = [asyncio.Event() for _ in range(VIEWERS)]
+    viewers = [asyncio.create_task(ws_viewer(client, session_id, after, ready)) for ready in readies]
+    for ready in readies:
+        await ready.wait()
+    windows = session.log.windows
+    await send(client, session_id, "Tell me a story [emu:tokens=200]")
+    streams = await asyncio.gather(*viewers)
+
+    entries = await session.log.read(after)
+    answer = entries[-1].event.output
+    for frames in streams:
+        ids = [frame["id"] for frame in frames]
+        assert ids == sorted(set(ids)) and ids[-1] == entries[-1].id  # once each, in order, to the end
+        # Merged or not, the text is the answer's, each piece once: a merged frame covers the ids
+        # from its first_id to its id.
+        text = "".join(frame["text"] for frame in frames if frame["type"] == "assistant_text")
+        assert text == answer and len(text.split()) == 200
+        covered = [
+            i for frame in frames for i in (range(frame.get("first_id", frame["id"]), frame["id"] + 1))
+        ]
+        assert covered == [entry.id for entry in entries]
+    assert session.log.windows > windows

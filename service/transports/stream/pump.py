@@ -15,6 +15,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, Generic, TypeVar
 
+from service.core.direct import Deliver, DeliverMany
 from service.core.log import EventLog, LogEntry
 from service.transports.stream.follow import Ending, Follower, Stop
 
@@ -105,16 +106,20 @@ async def pump(
     stop: Stop = Stop.NEVER,
     on_batch: Callable[[list[LogEntry]], None] | None = None,
     skip_purged: bool = False,
+    deliver: Deliver | None = None,
+    deliver_many: DeliverMany | None = None,
 ) -> Ending | None:
     """Feed the outbox with ``log``'s entries after ``after``, projected, until the following ends.
 
     ``end`` projects how a following ended into the items that tell the client; ``on_batch`` runs
     once a batch's items are queued. With ``skip_purged``, a reader that fell behind the purge
     horizon is told (through ``end``) and goes on from the oldest event kept; otherwise that ends
-    it. Returns how the last following ended (None if it was cut short by its consumer).
+    it. ``deliver`` and ``deliver_many`` may take live entries past the outbox (see
+    :class:`~service.transports.stream.follow.Follower`). Returns how the last following ended
+    (None if it was cut short by its consumer).
     """
     while True:
-        follower = Follower(log, after, stop=stop)
+        follower = Follower(log, after, stop=stop, deliver=deliver, deliver_many=deliver_many)
         async with follower as batches:
             async for batch in batches:
                 await outbox.put_all(project(batch))

@@ -45,6 +45,7 @@ from service.transports.stream.follow import Ending, Stop
 from service.transports.stream.pump import Outbox, Pumps, TooSlow, pump, write_until_closed
 from service.transports.stream.reading import purged_body
 from service.transports.stream.session import merge_text_runs, session_frame, ws_frame
+from service.transports.ws.direct import SocketWrites, window_frames
 from service.transports.ws.messages import (
     ClientError,
     check_meta,
@@ -67,7 +68,12 @@ class Connection:
     """One WebSocket client: its subscriptions, its short-lived runs, and its outbox."""
 
     def __init__(
-        self, ws: web.WebSocketResponse, context: Context, owner: str, upgrade: Mapping[str, str]
+        self,
+        ws: web.WebSocketResponse,
+        context: Context,
+        owner: str,
+        upgrade: Mapping[str, str],
+        transport: Any = None,
     ) -> None:
         self.ws = ws
         # The parent of the messages' spans that name none in their ``_meta``; None: traces off.
@@ -78,6 +84,8 @@ class Connection:
         settings = context.settings
         self.send_timeout = settings.ws_send_timeout_s
         self.outbox: Outbox[str] = Outbox(settings.ws_send_queue, self.send_timeout, on_full=self.close_slow)
+        self.direct = SocketWrites(ws, transport, self.outbox.qsize)
+        self.draining = False
         self.pumps = Pumps("ws-sub")
         self.sessions: dict[str, Session] = {}
         self.cursors: dict[str, int] = {}  # the last id each subscription has queued
@@ -99,6 +107,7 @@ class Connection:
 
     async def _write(self, frames: list[str]) -> bool:
         """Send what is queued under one timer; False once the client is gone or closed."""
+        self.direct.sending = True
         try:
             async with asyncio.timeout(self.send_timeout):
                 for frame in frames:
@@ -108,6 +117,8 @@ class Connection:
             return False
         except (ConnectionResetError, RuntimeError):
             return False
+        finally:
+            self.direct.sending = False
         self._progressed()
         return True
 
@@ -117,6 +128,7 @@ class Connection:
 
     async def drain(self, timeout: float) -> None:
         """Wait (at most ``timeout``) until every subscription has sent all its log holds."""
+        self.draining = True  # the frames written past the outbox say so too
         try:
             async with asyncio.timeout(timeout):
                 while True:
@@ -376,6 +388,21 @@ class Connection:
             self.cursors[session_id] = batch[-1].id
             self._progressed()
 
+        def written(frames: list[str], last_id: int) -> bool:
+            if not self.direct.now(frames):
+                return False
+            self._delivered.inc(len(frames))
+            self.cursors[session_id] = last_id
+            if self.draining:
+                self._progressed()
+            return True
+
+        def deliver(entry: LogEntry) -> bool:
+            return written([self._frame(session_id, entry)], entry.id)
+
+        def deliver_many(entries: list[LogEntry], shared: dict[Any, Any]) -> bool:
+            return written(window_frames(session_id, entries, shared), entries[-1].id)
+
         try:
             await pump(
                 session.log,
@@ -385,6 +412,8 @@ class Connection:
                 end=lambda ending: [jsonsafe.dumps(_ending_frame(session_id, ending))],
                 stop=Stop.AT_TERMINAL if until_done else Stop.NEVER,
                 on_batch=queued,
+                deliver=deliver,
+                deliver_many=deliver_many,
             )
         except TooSlow:
             pass
@@ -507,7 +536,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
     except BaseException:
         await quotas.close_stream(owner)
         raise
-    connection = Connection(ws, context, owner, request.headers)
+    connection = Connection(ws, context, owner, request.headers, request.transport)
     request.app[SOCKETS].add(connection)
     sockets = context.metrics.connections.labels("ws")
     sockets.inc()

@@ -1,0 +1,68 @@
+"""A WebSocket's frames written from the side that appends to a log, while the socket keeps up.
+
+A subscription's pump reads its session's log and queues frames in the socket's outbox, which its
+writer task sends: two task wake-ups per event and per socket. With thousands of sockets on one
+session, that is most of the core's work (docs/benchmarks.md, section Ten thousand viewers). So
+while a socket's outbox is empty, its writer idle and its transport's buffer low, the log hands new
+entries to the subscription (``deliver``, or a coalescing window's with ``deliver_many``, see
+:mod:`service.core.direct`) and they are written here at once, as the SSE streams are; anything
+else (a backlog, an acknowledgement waiting, a closing socket) declines, and the entries come
+through the pump and the outbox as before, in order.
+
+A window's text deltas go as one merged frame (with the last one's id), as a lagging reader's
+batch already does, made once for every socket following the session.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from service.core.entry import LogEntry
+from service.transports.stream.session import merge_text_runs, ws_frame
+from service.transports.stream.writes import UNTIMED_WRITE_BYTES
+
+Frame = str
+
+
+class SocketWrites:
+    """What may be written to one socket at once, and the writing (see the module docstring)."""
+
+    __slots__ = ("_outbox_size", "sending", "transport", "ws")
+
+    def __init__(self, ws: web.WebSocketResponse, transport: Any, outbox_size: Any) -> None:
+        self.ws = ws
+        self.transport = transport
+        self._outbox_size = outbox_size  # the outbox's qsize: frames queued go first
+        self.sending = False  # the writer task is sending what it took from the outbox
+
+    def now(self, frames: list[Frame]) -> bool:
+        """Send ``frames`` without waiting if nothing is ahead of them and the socket can take
+        them; False (nothing sent) otherwise."""
+        transport = self.transport
+        if self.sending or self._outbox_size() or transport is None or transport.is_closing():
+            return False
+        if self.ws.closed or transport.get_write_buffer_size() + sum(map(len, frames)) >= UNTIMED_WRITE_BYTES:
+            return False
+        for frame in frames:
+            sending = self.ws.send_str(frame)
+            try:
+                sending.send(None)
+            except StopIteration:
+                continue
+            except Exception:
+                return False  # the socket went away: the pump's own write meets it too
+            # It stopped to wait for the transport to drain, after handing the frame over.
+            sending.close()
+        return True
+
+
+def window_frames(session_id: str, entries: list[LogEntry], shared: dict[Any, Any]) -> list[Frame]:
+    """The frames of a window of entries for every socket following the session: its text deltas
+    merged, made once per window."""
+    key = ("ws", session_id, entries[0].id)
+    frames = shared.get(key)
+    if frames is None:
+        frames = shared[key] = [ws_frame(session_id, data) for _, _, data in merge_text_runs(entries)]
+    return frames  # type: ignore[no-any-return]
