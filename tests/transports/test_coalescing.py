@@ -6,6 +6,7 @@ fed by the instance's reader and its own appends."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from aiohttp.test_utils import TestClient
@@ -108,3 +109,31 @@ async def test_websocket_viewers_in_a_window_get_every_event_once_and_in_order(
         ]
         assert covered == [entry.id for entry in entries]
     assert session.log.windows > windows
+
+
+async def test_ai_sdk_viewers_in_a_window_get_the_same_parts_and_the_whole_answer(
+    make_client: ClientFactory,
+) -> None:
+    client = await make_client(
+        coalesce_per_subscriber_us=1000, coalesce_max_ms=20, emulator_tokens_per_second=400
+    )
+    session_id = await new_session(client)
+    session = await services_of(client).sessions.get(session_id)
+    after = (await send(client, session_id, "Tell me a story [emu:tokens=200]"))["after_id"]
+
+    async def resume() -> bytes:
+        async with client.get(f"/api/chat/{session_id}/stream") as response:
+            assert response.status == 200
+            return await response.read()
+
+    streams = await asyncio.gather(*(resume() for _ in range(VIEWERS)))
+    answer = (await session.log.read(after))[-1].event.output
+    for raw in streams:
+        parts = [
+            json.loads(line[6:])
+            for line in raw.decode().split("\r\n")
+            if line.startswith("data: ") and line != "data: [DONE]"
+        ]
+        assert [p["type"] for p in parts][:2] == ["start", "start-step"] and parts[-1]["type"] == "finish"
+        assert "".join(p["delta"] for p in parts if p["type"] == "text-delta") == answer
+    assert all(raw == streams[0] for raw in streams)

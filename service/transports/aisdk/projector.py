@@ -140,6 +140,20 @@ class UIMessageStream(Projector):
             return block
         return "".join([sse_block(jsonsafe.dumps(part), id=entry.id) for part in self.parts(entry)]).encode()
 
+    def shared_batch(self, entries: list[LogEntry], shared: dict[Any, Any]) -> tuple[bytes, int]:
+        """A window of text deltas inside an open text block reads the same for every stream in
+        that block (it changes no state): its blocks are made once. Anything else is this
+        stream's own."""
+        if self.text_id is None:
+            return self.batch(entries)
+        key = (UIMessageStream, self.text_id, entries[0].id)
+        made = shared.get(key)
+        if made is None:  # False: not texts alone, each stream projects them itself
+            made = shared[key] = all(type(entry.event) is TextDelta for entry in entries) and self.batch(
+                entries
+            )
+        return made or self.batch(entries)  # type: ignore[no-any-return]
+
     def holds(self, entry: LogEntry) -> bool:
         event = entry.event
         return type(event) is StatusChange and event.status == WAITING
