@@ -13,8 +13,9 @@ botocore's ``AWS_ENDPOINT_URL_BEDROCK_RUNTIME`` pointing at the emulator). N run
 ``/proc/<pid>/status`` every 50 ms. Reported per tree: the most threads seen under load, and the
 service's CPU time (user + system, every thread) over the load divided by the text tokens the
 clients received. With ``--baseline REF`` (repeatable) the same scenario runs against REF checked
-out in a temporary worktree, the trees alternating for ``--rounds`` rounds, and the ratio of the
-medians is given: a CPU-per-token ratio measured in one run, on the same machine.
+out in a temporary worktree, the trees alternating for ``--rounds`` rounds (the order rotated each
+round), and the ratio of the medians is given: a CPU-per-token ratio measured in one run, on the
+same machine.
 
 ``--decode-only`` measures the intake alone, in this process against the emulator in another:
 the same N concurrent ConverseStreams read by aiobotocore's own EventStream and by the provider's
@@ -198,7 +199,7 @@ async def _one_tree(
 
 
 async def compare(args: argparse.Namespace) -> dict[str, object]:
-    """Every round: each baseline (when given), then this tree."""
+    """Every round: each baseline (when given) and this tree, in turn, the order rotated."""
     with ExitStack() as trees:
         logs = Path(trees.enter_context(tempfile.TemporaryDirectory(prefix="bench-intake-")))
         # (tree, agents, traces): the baselines and this tree as they always ran (traces off);
@@ -214,8 +215,13 @@ async def compare(args: argparse.Namespace) -> dict[str, object]:
         if args.traces != "off":
             scenarios[TRACED] = (ROOT, 0, True)
         results: dict[str, list[dict[str, object]]] = {name: [] for name in scenarios}
-        for _ in range(args.rounds):
-            for name, (source, agents, traces) in scenarios.items():
+        names = list(scenarios)
+        for round_no in range(args.rounds):
+            # Each round starts one scenario further on: none is always first, or always last,
+            # when the machine's other load rises or falls over the run.
+            turn = round_no % len(names)
+            for name in names[turn:] + names[:turn]:
+                source, agents, traces = scenarios[name]
                 results[name].append(await one_tree(args, source, logs, agents, traces))
     medians = {
         name: statistics.median(float(r["cpu_us_per_token"]) for r in rounds)  # type: ignore[arg-type]
