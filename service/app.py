@@ -43,6 +43,7 @@ from service.transports.edge.middleware import error_middleware
 from service.transports.edge.quotas import QUOTAS, quota_middleware
 from service.transports.edge.tracing import tracing_middleware
 from service.transports.stream import sse
+from service.transports.stream.writes import PINGS
 
 log = logging.getLogger(__name__)
 
@@ -438,6 +439,7 @@ def create_app(
     )
     app[REQUEST_ADMISSION] = Admission(PER_TURN)
     app[SERVICES] = services
+    app[PINGS] = {}  # the SSE streams' keep-alive pings, one timer per interval
     app[CONTEXT] = services
     app[QUOTAS] = services.quotas
 

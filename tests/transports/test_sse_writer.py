@@ -4,6 +4,7 @@ is appended, or as a batch when the socket cannot take it at once), and every en
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -18,6 +19,7 @@ from service.core.log import LogEntry, MemoryEventLog
 from service.transports.stream.follow import Ending, Stop
 from service.transports.stream.frames import sse_block
 from service.transports.stream.sse import Projector, serve
+from service.transports.stream.writes import PINGS
 from tests.conftest import TEST_SETTINGS
 
 LOGS = web.AppKey("test_logs", dict)
@@ -166,3 +168,27 @@ async def test_a_window_of_entries_is_written_through_in_one_write_each_projecte
     ]
     assert texts == ["t6", "t7", "pause"]
     assert client.server.app[PROJECTORS][0].seen == list(range(1, 9))
+
+
+async def test_idle_streams_are_pinged_from_one_timer_and_let_go_when_they_close(
+    aiohttp_client: Any,
+) -> None:
+    app = create_app(Settings(**{**TEST_SETTINGS, "sse_ping_interval_s": 0.05}))
+    app[LOGS] = {"a": MemoryEventLog(), "b": MemoryEventLog()}
+    app[PROJECTORS] = []
+    app.router.add_get("/test/{name}", _stream)
+    client = await aiohttp_client(app)
+    first = await client.get("/test/a")
+    second = await client.get("/test/b")
+    for response in (first, second):
+        raw = b""
+        while b": ping\r\n\r\n" not in raw:  # nothing was appended: only the pings come
+            raw += await response.content.readany()
+    (pings,) = app[PINGS].values()  # one pinger for the interval, with both streams
+    assert len(pings._streams) == 2 and pings._handle is not None
+    for response in (first, second):
+        response.close()
+    async with asyncio.timeout(5):  # the handlers end once they see the clients gone
+        while pings._streams:
+            await asyncio.sleep(0)
+    assert pings._handle is None  # no timer left for no one

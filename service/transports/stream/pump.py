@@ -26,41 +26,76 @@ class TooSlow(Exception):
     """The client does not read fast enough to keep its outbox from filling."""
 
 
-_END: Any = object()  # what close() leaves in the queue to wake the writer
-
-
 class Outbox(Generic[Item]):
     """A bounded queue between a client's pumps and its writer.
 
     ``on_full`` runs (once) when an item found no room within ``put_timeout``: the transport
     closes its client there. With no ``put_timeout`` a pump waits for room as long as it takes
     (the writer's own send timeout then ends a client that stopped reading).
+
+    With ``write``, the outbox runs its writer itself: a task that exists only while something is
+    queued, handing ``write`` everything queued until nothing is left (or until ``write`` says
+    the client is gone by returning False). An idle client then holds no task and no queue with
+    its waiters, only a list (measured: docs/benchmarks.md, section Ten thousand viewers).
+    Without ``write``, a writer of the caller's own calls :meth:`take`.
     """
 
+    __slots__ = (
+        "_gone",
+        "_items",
+        "_maxsize",
+        "_on_full",
+        "_room",
+        "_taker",
+        "_write",
+        "closed",
+        "put_timeout",
+        "writer",
+    )
+
     def __init__(
-        self, maxsize: int, put_timeout: float | None, on_full: Callable[[], Awaitable[None]] | None = None
+        self,
+        maxsize: int,
+        put_timeout: float | None,
+        on_full: Callable[[], Awaitable[None]] | None = None,
+        write: Callable[[list[Item]], Awaitable[bool]] | None = None,
     ) -> None:
-        self._queue: asyncio.Queue[Item] = asyncio.Queue(maxsize)
+        self._items: list[Item] = []
+        self._maxsize = maxsize
         self.put_timeout = put_timeout
         self._on_full = on_full
+        self._write = write
+        self._gone = False  # write said the client is gone: no writer starts again
+        self._taker: asyncio.Future[None] | None = None
+        self._room: list[asyncio.Future[None]] = []
+        self.writer: asyncio.Task[None] | None = None
         self.closed = False
 
     def qsize(self) -> int:
         """Items waiting for the writer."""
-        return self._queue.qsize()
+        return len(self._items)
 
     async def put(self, item: Item) -> None:
         """Queue ``item``; :class:`TooSlow` when it finds no room in time (or the outbox closed)."""
         if self.closed:
             raise TooSlow
-        try:
-            self._queue.put_nowait(item)  # the common case: no timer, no wait
-            return
-        except asyncio.QueueFull:
-            pass
+        if len(self._items) >= self._maxsize:
+            await self._wait_for_room()
+        self._items.append(item)
+        taker = self._taker
+        if taker is not None and not taker.done():
+            taker.set_result(None)
+        if self._write is not None and self.writer is None and not self._gone:
+            self.writer = asyncio.get_running_loop().create_task(self._writing(), name="outbox-writer")
+
+    async def _wait_for_room(self) -> None:
+        loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self.put_timeout):
-                await self._queue.put(item)
+                while len(self._items) >= self._maxsize and not self.closed:
+                    room: asyncio.Future[None] = loop.create_future()
+                    self._room.append(room)
+                    await room
         except TimeoutError:
             if self._on_full is not None and not self.closed:
                 await self._on_full()
@@ -75,25 +110,45 @@ class Outbox(Generic[Item]):
 
     async def take(self) -> list[Item] | None:
         """Everything queued (waiting for at least one item); None once the outbox is closed."""
-        first = await self._queue.get()
-        if self.closed or first is _END:
+        while not self._items and not self.closed:
+            self._taker = taker = asyncio.get_running_loop().create_future()
+            try:
+                await taker
+            finally:
+                self._taker = None
+        if self.closed:
             return None
-        items = [first]
-        while not self._queue.empty():
-            item = self._queue.get_nowait()
-            if item is _END:
-                break
-            items.append(item)
+        return self._take_all()
+
+    def _take_all(self) -> list[Item]:
+        items, self._items = self._items, []
+        if self._room:
+            room, self._room = self._room, []
+            for waiter in room:
+                if not waiter.done():
+                    waiter.set_result(None)
         return items
 
+    async def _writing(self) -> None:
+        write = self._write
+        assert write is not None
+        try:
+            while self._items and not self.closed:
+                if not await write(self._take_all()):
+                    self._gone = True
+                    return
+        finally:
+            self.writer = None
+
     def close(self) -> None:
-        """Drop what is queued and wake the writer, which then ends."""
+        """Drop what is queued and wake the writer and the pumps, which then end."""
         if self.closed:
             return
         self.closed = True
-        while not self._queue.empty():
-            self._queue.get_nowait()
-        self._queue.put_nowait(_END)
+        self._take_all()
+        taker = self._taker
+        if taker is not None and not taker.done():
+            taker.set_result(None)
 
 
 async def pump(

@@ -14,14 +14,90 @@ from aiohttp_sse import EventSourceResponse
 from service.core.burst import Burst, current_burst
 
 
+class Pings:
+    """The keep-alive pings of every open SSE stream of an app, from one timer.
+
+    aiohttp-sse pings from a task of each stream's own, sleeping between pings: with ten thousand
+    idle streams, ten thousand tasks, each with its coroutine, its future and its timer, for a
+    line every few seconds (measured: docs/benchmarks.md, section Ten thousand viewers). Here one
+    timer writes each stream's ping as :func:`write_now` writes an event; a stream whose socket
+    has a backlog skips it (it is not idle), and a peer that stops acknowledging is still cut by
+    the kernel's ``TCP_USER_TIMEOUT`` that aiohttp-sse sets.
+    """
+
+    __slots__ = ("_handle", "_interval", "_streams")
+
+    def __init__(self, interval: float) -> None:
+        self._interval = interval
+        self._streams: dict[BurstResponse, web.Request] = {}
+        self._handle: asyncio.TimerHandle | None = None
+
+    def add(self, response: BurstResponse, request: web.Request) -> None:
+        self._streams[response] = request
+        if self._handle is None:
+            self._handle = asyncio.get_running_loop().call_later(self._interval, self._ping)
+
+    def discard(self, response: BurstResponse) -> None:
+        self._streams.pop(response, None)
+        if not self._streams and self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _ping(self) -> None:
+        self._handle = None
+        for response, request in list(self._streams.items()):
+            write_now(request, response, response.ping_line)
+        if self._streams:
+            self._handle = asyncio.get_running_loop().call_later(self._interval, self._ping)
+
+
+PINGS = web.AppKey("sse_pings", dict)  # ping interval -> the app's Pings for it
+
+
 class BurstResponse(EventSourceResponse):
     """aiohttp-sse's response, able to hold what :func:`write_now` writes during a
     :class:`~service.core.burst.Burst` (the tokens of one upstream read) and send it in one write
     when the burst ends. Any other write sends what is held first, so the order stays whoever
-    writes next (the handler's own task, aiohttp-sse's ping)."""
+    writes next (the handler's own task, a ping). Its pings come from the app's :class:`Pings`
+    rather than from a task of its own."""
 
     _held: list[bytes] | None = None
     held_size = 0
+    _pings: Pings | None = None
+    _streaming = False
+
+    async def prepare(self, request: web.BaseRequest) -> Any:
+        """aiohttp-sse's prepare, without its ping task."""
+        if self.prepared:
+            return await super().prepare(request)  # aiohttp-sse's check that the client is there
+        if not self._allow_all_methods and request.method != "GET":
+            raise web.HTTPMethodNotAllowed(request.method, ("GET",))
+        self._set_tcp_user_timeout(request)
+        writer = await web.StreamResponse.prepare(self, request)
+        self.enable_chunked_encoding()
+        pings = request.app.get(PINGS)
+        if pings is not None:  # the app registered the key (service.app); else no pings
+            self._pings = pings.get(self._ping_interval) or pings.setdefault(
+                self._ping_interval, Pings(self._ping_interval)
+            )
+            self._pings.add(self, request)  # type: ignore[arg-type]
+        self._streaming = True
+        return writer
+
+    @property
+    def ping_line(self) -> bytes:
+        return f": ping{self._sep}{self._sep}".encode()
+
+    def is_connected(self) -> bool:
+        return self.prepared and self._streaming
+
+    def stop_streaming(self) -> None:
+        self._streaming = False
+        if self._pings is not None:
+            self._pings.discard(self)
+
+    async def wait(self) -> None:
+        """Nothing to wait for: no ping task (aiohttp-sse's context awaits it at its end)."""
 
     def hold(self, request: web.Request, payload: bytes, burst: Burst) -> None:
         """Keep ``payload`` until ``burst`` ends (or the next write, if that comes first)."""

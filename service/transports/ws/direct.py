@@ -15,10 +15,12 @@ batch already does, made once for every socket following the session.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
+from service.core.direct import Deliver, DeliverMany
 from service.core.entry import LogEntry
 from service.transports.stream.session import merge_text_runs, ws_frame
 from service.transports.stream.writes import UNTIMED_WRITE_BYTES
@@ -56,6 +58,31 @@ class SocketWrites:
             # It stopped to wait for the transport to drain, after handing the frame over.
             sending.close()
         return True
+
+    def delivery(
+        self,
+        session_id: str,
+        frame: Callable[[str, LogEntry], Frame],
+        written: Callable[[int, int], None],
+    ) -> tuple[Deliver, DeliverMany]:
+        """What a subscription to ``session_id`` hands the log: an entry's frame (``frame``), or
+        a window's, written at once when the socket can take them; ``written`` hears how many
+        frames went and the last id they carry."""
+
+        def deliver(entry: LogEntry) -> bool:
+            if not self.now([frame(session_id, entry)]):
+                return False
+            written(1, entry.id)
+            return True
+
+        def deliver_many(entries: list[LogEntry], shared: dict[Any, Any]) -> bool:
+            frames = window_frames(session_id, entries, shared)
+            if not self.now(frames):
+                return False
+            written(len(frames), entries[-1].id)
+            return True
+
+        return deliver, deliver_many
 
 
 def window_frames(session_id: str, entries: list[LogEntry], shared: dict[Any, Any]) -> list[Frame]:

@@ -24,6 +24,7 @@ from service.core.log import LogEntry
 from service.core.run_state import Run
 from service.core.sessions import Session
 from service.core.traces import NO_TRACER
+from service.core.wakeup import Wakeup
 from service.errors import (
     ApprovalError,
     ConversationError,
@@ -42,10 +43,10 @@ from service.transports.edge.inputs import MessageRequest, ToolResultRequest
 from service.transports.edge.middleware import unavailable_reply
 from service.transports.edge.quotas import quota_fields
 from service.transports.stream.follow import Ending, Stop
-from service.transports.stream.pump import Outbox, Pumps, TooSlow, pump, write_until_closed
+from service.transports.stream.pump import Outbox, Pumps, TooSlow, pump
 from service.transports.stream.reading import purged_body
 from service.transports.stream.session import merge_text_runs, session_frame, ws_frame
-from service.transports.ws.direct import SocketWrites, window_frames
+from service.transports.ws.direct import SocketWrites
 from service.transports.ws.messages import (
     ClientError,
     check_meta,
@@ -83,15 +84,17 @@ class Connection:
         self._delivered = context.metrics.delivered("ws")
         settings = context.settings
         self.send_timeout = settings.ws_send_timeout_s
-        self.outbox: Outbox[str] = Outbox(settings.ws_send_queue, self.send_timeout, on_full=self.close_slow)
+        # Its writer runs only while frames wait: an idle socket holds no task of its own.
+        self.outbox: Outbox[str] = Outbox(
+            settings.ws_send_queue, self.send_timeout, on_full=self.close_slow, write=self._write
+        )
         self.direct = SocketWrites(ws, transport, self.outbox.qsize)
         self.draining = False
         self.pumps = Pumps("ws-sub")
         self.sessions: dict[str, Session] = {}
         self.cursors: dict[str, int] = {}  # the last id each subscription has queued
-        self.progress = asyncio.Event()
+        self.progress = Wakeup()  # frames went out (what drain waits on)
         self.ephemeral: set[str] = set()
-        self.writer = asyncio.create_task(write_until_closed(self.outbox, self._write), name="ws-writer")
         self.closing = False
         self.expiring: asyncio.Task[None] | None = None
 
@@ -123,8 +126,7 @@ class Connection:
         return True
 
     def _progressed(self) -> None:
-        progress, self.progress = self.progress, asyncio.Event()
-        progress.set()
+        self.progress.notify()
 
     async def drain(self, timeout: float) -> None:
         """Wait (at most ``timeout``) until every subscription has sent all its log holds."""
@@ -132,6 +134,7 @@ class Connection:
         try:
             async with asyncio.timeout(timeout):
                 while True:
+                    progressed = self.progress.waiter()  # taken first: progress while looking wakes it
                     pending = self.outbox.qsize() > 0
                     for session_id in self.pumps.keys():
                         session = self.sessions.get(session_id)
@@ -142,7 +145,7 @@ class Connection:
                             pending = True
                     if not pending:
                         return
-                    await self.progress.wait()
+                    await progressed
         except TimeoutError:
             pass
 
@@ -388,20 +391,13 @@ class Connection:
             self.cursors[session_id] = batch[-1].id
             self._progressed()
 
-        def written(frames: list[str], last_id: int) -> bool:
-            if not self.direct.now(frames):
-                return False
-            self._delivered.inc(len(frames))
+        def written(count: int, last_id: int) -> None:
+            self._delivered.inc(count)
             self.cursors[session_id] = last_id
             if self.draining:
                 self._progressed()
-            return True
 
-        def deliver(entry: LogEntry) -> bool:
-            return written([self._frame(session_id, entry)], entry.id)
-
-        def deliver_many(entries: list[LogEntry], shared: dict[Any, Any]) -> bool:
-            return written(window_frames(session_id, entries, shared), entries[-1].id)
+        deliver, deliver_many = self.direct.delivery(session_id, self._frame, written)
 
         try:
             await pump(
@@ -447,8 +443,10 @@ class Connection:
             return
         self.closing = True
         await asyncio.gather(*self.pumps.cancel_all(), return_exceptions=True)
+        writer = self.outbox.writer
         self.outbox.close()
-        await asyncio.wait([self.writer], timeout=self.send_timeout)
+        if writer is not None:
+            await asyncio.wait([writer], timeout=self.send_timeout)
         frame = {
             "type": "error",
             "error": TOKEN_EXPIRED,
@@ -468,10 +466,13 @@ class Connection:
         Shielded: the handler may be cancelled again while it cleans up (the peer vanished),
         and a half-done cleanup would leave tasks and short-lived runs behind.
         """
-        tasks = [*self.pumps.cancel_all(), self.writer]
+        tasks = self.pumps.cancel_all()
+        writer = self.outbox.writer
+        if writer is not None:
+            writer.cancel()
+            tasks.append(writer)
         if self.expiring is not None:
             tasks.append(self.expiring)  # let it finish its close rather than cut it
-        self.writer.cancel()
         self.outbox.close()
         await asyncio.shield(self._cleanup(tasks))
 
