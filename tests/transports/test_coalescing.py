@@ -9,6 +9,7 @@ import asyncio
 import json
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestClient
 
 from tests.conftest import ClientFactory, services_of
@@ -16,6 +17,14 @@ from tests.support.sessions import new_session
 from tests.transports.test_sessions import send
 
 VIEWERS = 6
+
+
+@pytest.fixture
+async def windowed(make_client: ClientFactory) -> TestClient:
+    """1 ms per viewer, up to 20 ms: six viewers get a 6 ms window, at 400 tokens a second."""
+    return await make_client(
+        coalesce_per_subscriber_us=1000, coalesce_max_ms=20, emulator_tokens_per_second=400
+    )
 
 
 def ids_of(raw: bytes) -> list[int]:
@@ -31,11 +40,8 @@ async def raw_stream(client: TestClient, session_id: str, after: int) -> bytes:
         return await response.read()  # the stream ends with the query's end
 
 
-async def test_viewers_in_a_window_get_the_same_events_once_and_in_order(make_client: ClientFactory) -> None:
-    # 1 ms per viewer, up to 20 ms: six viewers get a 6 ms window, at 400 tokens a second.
-    client = await make_client(
-        coalesce_per_subscriber_us=1000, coalesce_max_ms=20, emulator_tokens_per_second=400
-    )
+async def test_viewers_in_a_window_get_the_same_events_once_and_in_order(windowed: TestClient) -> None:
+    client = windowed
     session_id = await new_session(client)
     session = await services_of(client).sessions.get(session_id)
     after = (await send(client, session_id, "Tell me a story [emu:tokens=200]"))["after_id"]
@@ -79,11 +85,9 @@ async def ws_viewer(
 
 
 async def test_websocket_viewers_in_a_window_get_every_event_once_and_in_order(
-    make_client: ClientFactory,
+    windowed: TestClient,
 ) -> None:
-    client = await make_client(
-        coalesce_per_subscriber_us=1000, coalesce_max_ms=20, emulator_tokens_per_second=400
-    )
+    client = windowed
     session_id = await new_session(client)
     session = await services_of(client).sessions.get(session_id)
     after = await session.log.last_id()
@@ -112,11 +116,9 @@ async def test_websocket_viewers_in_a_window_get_every_event_once_and_in_order(
 
 
 async def test_ai_sdk_viewers_in_a_window_get_the_same_parts_and_the_whole_answer(
-    make_client: ClientFactory,
+    windowed: TestClient,
 ) -> None:
-    client = await make_client(
-        coalesce_per_subscriber_us=1000, coalesce_max_ms=20, emulator_tokens_per_second=400
-    )
+    client = windowed
     session_id = await new_session(client)
     session = await services_of(client).sessions.get(session_id)
     after = (await send(client, session_id, "Tell me a story [emu:tokens=200]"))["after_id"]

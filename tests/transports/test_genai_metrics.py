@@ -9,9 +9,9 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 
 from tests.conftest import ClientFactory, services_of, stream_agent
+from tests.support.sessions import cancel_mid_answer
 from tests.transports.test_agents import agents_file
 from tests.transports.test_metrics import scrape, value
-from tests.transports.test_sessions import send
 
 TOKENS = "gen_ai_client_token_usage"
 DURATION = "gen_ai_client_operation_duration_seconds"
@@ -71,15 +71,7 @@ async def test_a_throttled_then_failed_turn_counts_with_its_error_type(client: T
 
 
 async def test_a_cancelled_turn_counts_as_cancelled(client: TestClient) -> None:
-    async with client.post("/sessions", json={}) as response:
-        session_id = (await response.json())["id"]
-    await send(client, session_id, "Talk slowly [emu:tokens=2000] [emu:tps=100]")
-    session = await services_of(client).sessions.get(session_id)
-    async for batch in session.log.subscribe(0):  # cancel once the answer is streaming
-        if any(entry.event.type == "text_delta" for entry in batch):
-            break
-    async with client.post(f"/sessions/{session_id}/cancel") as cancel:
-        assert (await cancel.json())["cancelled"] is True
+    await cancel_mid_answer(client)
     samples = await scrape(client)
     assert (
         value(samples, f"{DURATION}_count", **call_labels(client, answered=False), error_type="cancelled")

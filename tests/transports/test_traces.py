@@ -18,10 +18,10 @@ from aiohttp.test_utils import TestClient
 
 from tests.agent.test_mcp import McpTestServer
 from tests.conftest import ClientFactory, services_of, sse_events, stream_agent
+from tests.support.sessions import cancel_mid_answer
 from tests.support.traces import CLIENT, ERROR, INTERNAL, SERVER, Received, Receiver, children, trace_of
 from tests.test_logs import json_log_lines
 from tests.transports.test_agents import agents_file
-from tests.transports.test_sessions import send
 
 
 async def test_a_calculator_query_is_one_trace_continued_from_the_clients_traceparent(
@@ -132,15 +132,7 @@ async def test_a_tool_that_times_out_ends_its_span_in_error(traced: TestClient, 
 
 
 async def test_a_cancelled_query_ends_its_spans_as_cancelled(traced: TestClient, receiver: Receiver) -> None:
-    async with traced.post("/sessions", json={}) as response:
-        session_id = (await response.json())["id"]
-    await send(traced, session_id, "Talk slowly [emu:tokens=2000] [emu:tps=100]")
-    session = await services_of(traced).sessions.get(session_id)
-    async for batch in session.log.subscribe(0):  # cancel once the answer is streaming
-        if any(entry.event.type == "text_delta" for entry in batch):
-            break
-    async with traced.post(f"/sessions/{session_id}/cancel") as cancel:
-        assert (await cancel.json())["cancelled"] is True
+    await cancel_mid_answer(traced)
     agent = (await receiver.wait_for(lambda spans: [s for s in spans if s.name == "invoke_agent default"]))[0]
     assert agent.status == ERROR and agent.attributes["error.type"] == "cancelled"
     (chat,) = await receiver.wait_for(lambda spans: children(spans, agent))
