@@ -1,0 +1,305 @@
+"""The live scenario's client: processes of subscribers that time every token from its production.
+
+``bench_peers.py --viewers SPEC`` (a JSON object) runs one client process: it pins itself to
+``SPEC["cpu"]``, opens ``SPEC["n"]`` subscriptions, says ``{"ready": ...}`` on stdout once every
+one is in, reads until each has seen the end (``{"ended": ...}``), then reads one line from
+stdin, the path of a JSON file with the answer's tokens (``ends``: the running length of their
+text, as the wire spells it; ``times``: when each was produced, ``time.monotonic()``), and prints
+its figures (``{"result": ...}``). :func:`run_viewers` is the parent's side of that exchange.
+
+The reading pattern is fixed, so that figures taken before and after a change of the service
+compare: one :class:`asyncio.Protocol` per connection (no task, no HTTP client library); each
+``data_received`` takes the clock once, scans the bytes (and the unfinished tail of the previous
+read) with one regular expression for the dialect's text parts and adds up their lengths; when
+the length grew it notes (clock, length). A text part merged from several tokens counts for each
+of them by its length. Afterwards token k counts as received by a subscriber at the first note
+whose length reaches the running length of tokens 0..k, and its latency is that note's clock
+minus token k's production time: every token of every subscriber, not a sample.
+
+Dialects: ``sse`` (``GET /sessions/{id}/events``, the peers' ``/live`` too: ``assistant_text``
+events, ending at ``event: done``), ``ws`` (``GET /ws``, a ``subscribe`` message, then the same
+events as WebSocket text frames until ``"type":"done"``) and ``aisdk`` (``GET
+/api/chat/{id}/stream``, the AI SDK's resume: ``text-delta`` parts until ``finish``). WebSocket
+frames from the server are not masked and the handshake offers no compression, so the text parts
+can be found in the raw bytes as in SSE.
+"""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import base64
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+TEXT = rb'"((?:[^"\\]|\\.)*)"'
+DIALECTS: dict[str, dict[str, Any]] = {
+    "sse": {
+        "text": rb'"type":"assistant_text","text":' + TEXT,
+        "end": b"event: done",
+        "ready": b"HTTP/1.1 200",
+    },
+    "ws": {
+        "text": rb'"type":"assistant_text","text":' + TEXT,
+        "end": b'"type":"done"',
+        "ready": b'"subscribed"',
+    },
+    "aisdk": {
+        "text": rb'"type":"text-delta","id":"[^"]*","delta":' + TEXT,
+        "end": b'"type":"finish"',
+        "ready": b"HTTP/1.1 200",
+    },
+}
+# A text part is never longer than this (merged, a whole answer is a few KB): the unread tail
+# kept between reads is cut to it.
+MAX_TAIL = 1 << 17
+HIST_BUCKET_S = 1e-4  # the latency histogram's resolution: 0.1 ms
+HIST_BUCKETS = 1_200_000  # up to 120 s; later ones count in the last bucket
+
+
+def ws_text_frame(payload: bytes) -> bytes:
+    """A masked client-to-server WebSocket text frame (a client must mask; RFC 6455 5.3)."""
+    mask = os.urandom(4)
+    size = len(payload)
+    head = bytes([0x81, 0x80 | size]) if size < 126 else bytes([0x81, 0xFE]) + size.to_bytes(2, "big")
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+class Viewer(asyncio.Protocol):
+    """One subscriber: when its text grew, and when it saw the end."""
+
+    def __init__(self, spec: dict[str, Any], pattern: re.Pattern[bytes], dialect: dict[str, Any]) -> None:
+        self.spec = spec
+        self.pattern = pattern
+        self.ready_mark: bytes = dialect["ready"]
+        self.end_mark: bytes = dialect["end"]
+        self.ready = asyncio.get_running_loop().create_future()
+        self.done = asyncio.get_running_loop().create_future()
+        self.upgraded = spec["dialect"] != "ws"
+        self.transport: asyncio.Transport | None = None
+        self.tail = b""
+        self.length = 0
+        self.parts = 0
+        self.clocks = array.array("d")
+        self.lengths = array.array("q")
+        self.ended = 0.0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        host = f"{self.spec['host']}:{self.spec['port']}"
+        if self.spec["dialect"] == "ws":
+            key = base64.b64encode(os.urandom(16)).decode()
+            head = (
+                f"GET {self.spec['path']} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\n"
+                f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            )
+        else:
+            head = f"GET {self.spec['path']} HTTP/1.1\r\nHost: {host}\r\nAccept: text/event-stream\r\n\r\n"
+        transport.write(head.encode())  # type: ignore[attr-defined]
+
+    def data_received(self, data: bytes) -> None:
+        now = time.monotonic()
+        buffer = self.tail + data if self.tail else data
+        if not self.ready.done():
+            self._setting_up(buffer)
+        end = 0
+        grew = 0
+        for match in self.pattern.finditer(buffer):
+            grew += len(match.group(1))
+            end = match.end()
+            self.parts += 1
+        if grew:
+            self.length += grew
+            self.clocks.append(now)
+            self.lengths.append(self.length)
+        if not self.ended and self.end_mark in buffer:
+            self.ended = now
+            self.done.set_result(None)
+        self.tail = buffer[max(end, len(buffer) - MAX_TAIL) :]
+
+    def _setting_up(self, buffer: bytes) -> None:
+        if not self.upgraded:
+            if b" 101 " in buffer.split(b"\r\n", 1)[0]:
+                self.upgraded = True
+                subscribe = {"type": "subscribe", "session_id": self.spec["session_id"]}
+                assert self.transport is not None
+                self.transport.write(ws_text_frame(json.dumps(subscribe).encode()))
+            elif b"\r\n" in buffer:
+                self.ready.set_exception(RuntimeError(buffer.split(b"\r\n", 1)[0].decode(errors="replace")))
+            return
+        if self.ready_mark in buffer:
+            self.ready.set_result(None)
+        elif self.spec["dialect"] != "ws" and b"\r\n" in buffer:
+            self.ready.set_exception(RuntimeError(buffer.split(b"\r\n", 1)[0].decode(errors="replace")))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for future in (self.ready, self.done):
+            if not future.done():
+                future.set_exception(ConnectionError(f"closed: {exc}"))
+
+
+def say(message: dict[str, Any]) -> None:
+    """One line of JSON to the parent."""
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+async def watch(spec: dict[str, Any]) -> list[Viewer]:
+    """Open the subscriptions (``batch`` at a time: listen backlogs are finite), say ready, read
+    until every one ended or ``timeout`` passed, close them."""
+    loop = asyncio.get_running_loop()
+    dialect = DIALECTS[spec["dialect"]]
+    pattern = re.compile(dialect["text"])
+    viewers: list[Viewer] = []
+    for start in range(0, spec["n"], spec["batch"]):
+        made = await asyncio.gather(
+            *(
+                loop.create_connection(lambda: Viewer(spec, pattern, dialect), spec["host"], spec["port"])
+                for _ in range(min(spec["batch"], spec["n"] - start))
+            )
+        )
+        viewers += [protocol for _, protocol in made]
+        await asyncio.gather(*(v.ready for v in viewers[start:]))
+    say({"ready": len(viewers), "at": time.monotonic()})
+    try:
+        await asyncio.wait_for(
+            asyncio.gather(*(v.done for v in viewers), return_exceptions=True), spec["timeout"]
+        )
+    except TimeoutError:
+        pass
+    for viewer in viewers:
+        if viewer.transport is not None:
+            viewer.transport.abort()
+    return viewers
+
+
+def figures(viewers: list[Viewer], ends: list[int], times: list[float]) -> dict[str, Any]:
+    """Every token's latency at every subscriber (a histogram), and what each received."""
+    hist = [0] * HIST_BUCKETS
+    top = HIST_BUCKETS - 1
+    worst = 0.0
+    delivered = complete = ended = 0
+    tokens = len(ends)
+    end_clocks = []
+    for viewer in viewers:
+        k = 0
+        for clock, length in zip(viewer.clocks, viewer.lengths, strict=True):
+            while k < tokens and ends[k] <= length:
+                latency = clock - times[k]
+                worst = max(worst, latency)
+                hist[min(top, max(0, int(latency / HIST_BUCKET_S)))] += 1
+                k += 1
+        delivered += k
+        if viewer.ended:
+            ended += 1
+            end_clocks.append(viewer.ended)
+        if k == tokens and viewer.length == (ends[-1] if ends else 0) and viewer.ended:
+            complete += 1
+    return {
+        "subscribers": len(viewers),
+        "tokens_delivered": delivered,
+        "complete": complete,
+        "ended": ended,
+        "last_end": max(end_clocks) if end_clocks else None,
+        "text_parts": sum(v.parts for v in viewers),
+        "max_s": worst,
+        "hist": {str(i): c for i, c in enumerate(hist) if c},
+    }
+
+
+def viewers_main(raw: str) -> None:
+    """The client process (``bench_peers.py --viewers SPEC``)."""
+    spec = json.loads(raw)
+    if spec.get("cpu") is not None:
+        os.sched_setaffinity(0, {spec["cpu"]})
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+    viewers = asyncio.run(watch(spec))
+    say({"ended": sum(1 for v in viewers if v.ended), "at": time.monotonic()})
+    answer = json.loads(Path(sys.stdin.readline().strip()).read_text())
+    say({"result": figures(viewers, answer["ends"], answer["times"])})
+
+
+def percentile_of(hist: dict[int, int], q: float) -> float | None:
+    """The q-quantile (nearest rank) of a merged histogram, in ms."""
+    total = sum(hist.values())
+    if not total:
+        return None
+    rank = min(total - 1, int(q * total))
+    seen = 0
+    for bucket in sorted(hist):
+        seen += hist[bucket]
+        if seen > rank:
+            return (bucket + 0.5) * HIST_BUCKET_S * 1000
+    return None
+
+
+class ViewerProcs:
+    """The parent's side: ``len(counts)`` client processes, the i-th with ``counts[i]`` subscribers
+    of ``spec`` (host, port, path, dialect, session_id, cpu, timeout)."""
+
+    def __init__(self, spec: dict[str, Any], counts: list[int], script: Path, batch: int = 250) -> None:
+        self.specs = [{**spec, "n": n, "batch": batch} for n in counts if n]
+        self.script = script
+        self.children: list[asyncio.subprocess.Process] = []
+
+    @property
+    def pids(self) -> list[int]:
+        """The client processes' ids."""
+        return [child.pid for child in self.children]
+
+    async def __aenter__(self) -> ViewerProcs:
+        for spec in self.specs:
+            self.children.append(
+                await asyncio.create_subprocess_exec(
+                    sys.executable,
+                    str(self.script),
+                    "--viewers",
+                    json.dumps(spec),
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
+                )
+            )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for child in self.children:
+            if child.returncode is None:
+                child.kill()
+            await child.wait()
+
+    async def _each(self, key: str, timeout: float) -> list[Any]:
+        async def one(child: asyncio.subprocess.Process) -> Any:
+            assert child.stdout is not None
+            line = await child.stdout.readline()
+            if not line:
+                raise RuntimeError(f"a client process exited (code {await child.wait()}) before {key!r}")
+            return json.loads(line)[key]
+
+        return await asyncio.wait_for(asyncio.gather(*(one(c) for c in self.children)), timeout)
+
+    async def ready(self, timeout: float) -> list[int]:
+        """Wait until every process has its subscribers in; how many each has."""
+        return await self._each("ready", timeout)
+
+    async def ended(self, timeout: float) -> list[int]:
+        """Wait until every process has read to the end (or given up); how many ended in each."""
+        return await self._each("ended", timeout)
+
+    async def results(self, answer_path: str, timeout: float = 300.0) -> list[dict[str, Any]]:
+        """Hand every process the answer's tokens; their figures."""
+        for child in self.children:
+            assert child.stdin is not None
+            child.stdin.write(answer_path.encode() + b"\n")
+            await child.stdin.drain()
+        return await self._each("result", timeout)
