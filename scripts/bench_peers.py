@@ -150,6 +150,10 @@ def main() -> None:
         cfg.live_sizes = tuple(int(n.replace("_", "")) for n in args.subscribers.split(","))
     cfg.live_dialect, cfg.client_procs, cfg.workers = args.dialect, args.client_procs, args.workers
     cfg.peers = not args.no_peers
+    if cfg.workers:
+        cfg.notes.append(
+            f"live: the service as {cfg.workers} workers on a private Redis, unpinned (both cores)"
+        )
     raise_open_file_limit()
     if can_pin():
         os.sched_setaffinity(0, {CLIENT_CPU})

@@ -225,7 +225,8 @@ def live_table(r: dict[str, Any]) -> None:
             busy = " ".join(f"{b * 100:.0f}%" for b in v["client_busy"])
             line = f"  {int(n):,} {name}: client processes {busy}"
             if v["workers_busy"]:
-                line += "; service processes " + " ".join(f"{b * 100:.0f}%" for b in v["workers_busy"])
+                busiest = sorted(v["workers_busy"], reverse=True)[: r["workers"] + 1]
+                line += "; service's busiest processes " + " ".join(f"{b * 100:.0f}%" for b in busiest)
             if v["emulator_busy"] is not None:
                 line += f"; emulator {v['emulator_busy'] * 100:.0f}%"
             if v["redis_busy"] is not None:
