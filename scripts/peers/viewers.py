@@ -5,16 +5,18 @@
 one is in, reads until each has seen the end (``{"ended": ...}``), then reads one line from
 stdin, the path of a JSON file with the answer's tokens (``ends``: the running length of their
 text, as the wire spells it; ``times``: when each was produced, ``time.monotonic()``), and prints
-its figures (``{"result": ...}``). :func:`run_viewers` is the parent's side of that exchange.
+its figures (``{"result": ...}``). :class:`ViewerProcs` is the parent's side of that exchange.
 
 The reading pattern is fixed, so that figures taken before and after a change of the service
-compare: one :class:`asyncio.Protocol` per connection (no task, no HTTP client library); each
-``data_received`` takes the clock once, scans the bytes (and the unfinished tail of the previous
-read) with one regular expression for the dialect's text parts and adds up their lengths; when
-the length grew it notes (clock, length). A text part merged from several tokens counts for each
-of them by its length. Afterwards token k counts as received by a subscriber at the first note
-whose length reaches the running length of tokens 0..k, and its latency is that note's clock
-minus token k's production time: every token of every subscriber, not a sample.
+compare. One loop over ``epoll`` (no asyncio, no HTTP client library: a reader must cost far less
+than a server's delivery, and thousands share a core): for each socket it reports readable, one
+``recv`` of up to 256 KiB, the clock taken once, the bytes (after the unfinished tail of the
+previous read) scanned with one regular expression for the dialect's text parts, their lengths
+added up; when the length grew, a note (clock, length). A text part merged from several tokens
+counts for each of them by its length. Afterwards token k counts as received by a subscriber at
+the first note whose length reaches the running length of tokens 0..k, and its latency is that
+note's clock minus token k's production time: every token of every subscriber, not a sample.
+A saturated client reads later and in larger pieces, which shows as its CPU near 100%.
 
 Dialects: ``sse`` (``GET /sessions/{id}/events``, the peers' ``/live`` too: ``assistant_text``
 events, ending at ``event: done``), ``ws`` (``GET /ws``, a ``subscribe`` message, then the same
@@ -32,6 +34,8 @@ import base64
 import json
 import os
 import re
+import select
+import socket
 import sys
 import time
 from pathlib import Path
@@ -58,6 +62,7 @@ DIALECTS: dict[str, dict[str, Any]] = {
 # A text part is never longer than this (merged, a whole answer is a few KB): the unread tail
 # kept between reads is cut to it.
 MAX_TAIL = 1 << 17
+READ_SIZE = 1 << 18
 HIST_BUCKET_S = 1e-4  # the latency histogram's resolution: 0.1 ms
 HIST_BUCKETS = 1_200_000  # up to 120 s; later ones count in the last bucket
 
@@ -70,18 +75,35 @@ def ws_text_frame(payload: bytes) -> bytes:
     return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
 
 
-class Viewer(asyncio.Protocol):
-    """One subscriber: when its text grew, and when it saw the end."""
+class Viewer:
+    """One subscriber: when its text grew, and when it saw the end (fed by :func:`watch`)."""
+
+    __slots__ = (
+        "spec",
+        "pattern",
+        "ready_mark",
+        "end_mark",
+        "sock",
+        "ready",
+        "failed",
+        "upgraded",
+        "tail",
+        "length",
+        "parts",
+        "clocks",
+        "lengths",
+        "ended",
+    )
 
     def __init__(self, spec: dict[str, Any], pattern: re.Pattern[bytes], dialect: dict[str, Any]) -> None:
         self.spec = spec
         self.pattern = pattern
         self.ready_mark: bytes = dialect["ready"]
         self.end_mark: bytes = dialect["end"]
-        self.ready = asyncio.get_running_loop().create_future()
-        self.done = asyncio.get_running_loop().create_future()
+        self.sock: socket.socket | None = None
+        self.ready = False
+        self.failed = ""
         self.upgraded = spec["dialect"] != "ws"
-        self.transport: asyncio.Transport | None = None
         self.tail = b""
         self.length = 0
         self.parts = 0
@@ -89,8 +111,8 @@ class Viewer(asyncio.Protocol):
         self.lengths = array.array("q")
         self.ended = 0.0
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+    def request(self) -> bytes:
+        """The request that opens the subscription (the upgrade, for a WebSocket)."""
         host = f"{self.spec['host']}:{self.spec['port']}"
         if self.spec["dialect"] == "ws":
             key = base64.b64encode(os.urandom(16)).decode()
@@ -100,12 +122,12 @@ class Viewer(asyncio.Protocol):
             )
         else:
             head = f"GET {self.spec['path']} HTTP/1.1\r\nHost: {host}\r\nAccept: text/event-stream\r\n\r\n"
-        transport.write(head.encode())  # type: ignore[attr-defined]
+        return head.encode()
 
-    def data_received(self, data: bytes) -> None:
-        now = time.monotonic()
+    def feed(self, data: bytes, now: float) -> None:
+        """What one read returned, at ``now``."""
         buffer = self.tail + data if self.tail else data
-        if not self.ready.done():
+        if not self.ready:
             self._setting_up(buffer)
         end = 0
         grew = 0
@@ -119,28 +141,23 @@ class Viewer(asyncio.Protocol):
             self.lengths.append(self.length)
         if not self.ended and self.end_mark in buffer:
             self.ended = now
-            self.done.set_result(None)
         self.tail = buffer[max(end, len(buffer) - MAX_TAIL) :]
 
     def _setting_up(self, buffer: bytes) -> None:
+        status = buffer.split(b"\r\n", 1)[0] if b"\r\n" in buffer else b""
         if not self.upgraded:
-            if b" 101 " in buffer.split(b"\r\n", 1)[0]:
+            if b" 101 " in status:
                 self.upgraded = True
                 subscribe = {"type": "subscribe", "session_id": self.spec["session_id"]}
-                assert self.transport is not None
-                self.transport.write(ws_text_frame(json.dumps(subscribe).encode()))
-            elif b"\r\n" in buffer:
-                self.ready.set_exception(RuntimeError(buffer.split(b"\r\n", 1)[0].decode(errors="replace")))
+                if self.sock is not None:
+                    self.sock.send(ws_text_frame(json.dumps(subscribe).encode()))
+            elif status:
+                self.failed = status.decode(errors="replace")
             return
         if self.ready_mark in buffer:
-            self.ready.set_result(None)
-        elif self.spec["dialect"] != "ws" and b"\r\n" in buffer:
-            self.ready.set_exception(RuntimeError(buffer.split(b"\r\n", 1)[0].decode(errors="replace")))
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        for future in (self.ready, self.done):
-            if not future.done():
-                future.set_exception(ConnectionError(f"closed: {exc}"))
+            self.ready = True
+        elif self.spec["dialect"] != "ws" and status:
+            self.failed = status.decode(errors="replace")
 
 
 def say(message: dict[str, Any]) -> None:
@@ -149,32 +166,77 @@ def say(message: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-async def watch(spec: dict[str, Any]) -> list[Viewer]:
+class Loop:
+    """The epoll loop that feeds the viewers."""
+
+    def __init__(self) -> None:
+        self.poller = select.epoll()
+        self.viewers: dict[int, Viewer] = {}
+        self.ended = 0  # viewers that saw the end
+        self.gone = 0  # viewers closed by the server before the end
+
+    def add(self, viewer: Viewer, host: str, port: int) -> None:
+        """Connect ``viewer`` and send its request."""
+        sock = socket.create_connection((host, port))
+        viewer.sock = sock
+        sock.sendall(viewer.request())
+        sock.setblocking(False)
+        self.viewers[sock.fileno()] = viewer
+        self.poller.register(sock.fileno(), select.EPOLLIN)
+
+    def run(self, done: Any, deadline: float) -> None:
+        """Read until ``done()`` or ``deadline`` (``time.monotonic()``)."""
+        viewers, poller, clock = self.viewers, self.poller, time.monotonic
+        while not done() and clock() < deadline:
+            for fd, _ in poller.poll(0.05):
+                viewer = viewers[fd]
+                try:
+                    data = viewer.sock.recv(READ_SIZE)  # type: ignore[union-attr]
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data = b""
+                if data:
+                    was = viewer.ended
+                    viewer.feed(data, clock())
+                    if viewer.ended and not was:
+                        self.ended += 1
+                else:  # the server closed it
+                    poller.unregister(fd)
+                    if not viewer.ended:
+                        self.gone += 1
+                    if not viewer.ready and not viewer.failed:
+                        viewer.failed = "closed"
+
+    def close(self) -> None:
+        """Close every connection."""
+        for viewer in self.viewers.values():
+            if viewer.sock is not None:
+                viewer.sock.close()
+        self.poller.close()
+
+
+def watch(spec: dict[str, Any]) -> list[Viewer]:
     """Open the subscriptions (``batch`` at a time: listen backlogs are finite), say ready, read
-    until every one ended or ``timeout`` passed, close them."""
-    loop = asyncio.get_running_loop()
+    until every one ended (or was closed) or ``timeout`` passed, close them."""
     dialect = DIALECTS[spec["dialect"]]
     pattern = re.compile(dialect["text"])
+    loop = Loop()
     viewers: list[Viewer] = []
-    for start in range(0, spec["n"], spec["batch"]):
-        made = await asyncio.gather(
-            *(
-                loop.create_connection(lambda: Viewer(spec, pattern, dialect), spec["host"], spec["port"])
-                for _ in range(min(spec["batch"], spec["n"] - start))
-            )
-        )
-        viewers += [protocol for _, protocol in made]
-        await asyncio.gather(*(v.ready for v in viewers[start:]))
-    say({"ready": len(viewers), "at": time.monotonic()})
     try:
-        await asyncio.wait_for(
-            asyncio.gather(*(v.done for v in viewers), return_exceptions=True), spec["timeout"]
-        )
-    except TimeoutError:
-        pass
-    for viewer in viewers:
-        if viewer.transport is not None:
-            viewer.transport.abort()
+        for start in range(0, spec["n"], spec["batch"]):
+            batch = [Viewer(spec, pattern, dialect) for _ in range(min(spec["batch"], spec["n"] - start))]
+            for viewer in batch:
+                loop.add(viewer, spec["host"], spec["port"])
+            viewers += batch
+            loop.run(lambda batch=batch: all(v.ready or v.failed for v in batch), time.monotonic() + 60)
+            failed = [v.failed or "no answer in 60 s" for v in batch if not v.ready]
+            if failed:
+                raise RuntimeError(f"{len(failed)} subscriptions failed: {failed[0]}")
+        say({"ready": len(viewers), "at": time.monotonic()})
+        loop.run(lambda: loop.ended + loop.gone >= len(viewers), time.monotonic() + spec["timeout"])
+    finally:
+        loop.close()
     return viewers
 
 
@@ -224,7 +286,7 @@ def viewers_main(raw: str) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     except (ImportError, ValueError, OSError):
         pass
-    viewers = asyncio.run(watch(spec))
+    viewers = watch(spec)
     say({"ended": sum(1 for v in viewers if v.ended), "at": time.monotonic()})
     answer = json.loads(Path(sys.stdin.readline().strip()).read_text())
     say({"result": figures(viewers, answer["ends"], answer["times"])})

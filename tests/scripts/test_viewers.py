@@ -4,6 +4,7 @@ counts once, when it is whole."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import sys
 import time
@@ -40,7 +41,7 @@ async def test_every_token_reaches_every_subscriber(make_client: Any, dialect: s
         "batch": 3,
         "timeout": 30,
     }
-    viewers = await watch(spec)
+    viewers = await asyncio.to_thread(watch, spec)  # the service runs on this loop
     result = figures(viewers, token_ends(answer_texts(message, TOKENS)), [started] * TOKENS)
     assert result["tokens_delivered"] == 3 * TOKENS
     assert result["complete"] == result["ended"] == 3
@@ -51,18 +52,21 @@ async def test_every_token_reaches_every_subscriber(make_client: Any, dialect: s
     assert percentile_of(hist, 0.99) <= (result["max_s"] + HIST_BUCKET_S) * 1000  # type: ignore[operator]
 
 
-async def test_a_part_cut_between_reads_counts_once_whole() -> None:
+def test_a_part_cut_between_reads_counts_once_whole() -> None:
     dialect = DIALECTS["sse"]
     viewer = Viewer({"dialect": "sse"}, re.compile(dialect["text"]), dialect)
-    viewer.data_received(b"HTTP/1.1 200 OK\r\n\r\n")
-    assert viewer.ready.done()
-    viewer.data_received(b'data: {"type":"assistant_text","text":"Here","id":3}\r\n\r\n')
-    viewer.data_received(b'data: {"type":"assistant_text","text":" is a')
+    viewer.feed(b"HTTP/1.1 200 OK\r\n\r\n", 1.0)
+    assert viewer.ready
+    viewer.feed(b'data: {"type":"assistant_text","text":"Here","id":3}\r\n\r\n', 2.0)
+    viewer.feed(b'data: {"type":"assistant_text","text":" is a', 3.0)
     assert list(viewer.lengths) == [4]
-    viewer.data_received(b'n \\"answer\\"","first_id":4,"id":5}\r\n\r\nevent: do')
+    viewer.feed(b'n \\"answer\\"","first_id":4,"id":5}\r\n\r\nevent: do', 4.0)
     assert list(viewer.lengths) == [4, 4 + len(' is an \\"answer\\"')]
     assert not viewer.ended
-    viewer.data_received(b"ne\r\ndata: {}\r\n\r\n")
-    assert viewer.ended and viewer.parts == 2
+    viewer.feed(b"ne\r\ndata: {}\r\n\r\n", 5.0)
+    assert viewer.ended == 5.0 and viewer.parts == 2 and list(viewer.clocks) == [2.0, 4.0]
     ends = token_ends(["Here", " is", ' an "answer"'])
-    assert figures([viewer], ends, [0.0, 0.0, 0.0])["tokens_delivered"] == 3
+    result = figures([viewer], ends, [1.5, 1.5, 3.5])
+    assert result["tokens_delivered"] == 3 and result["complete"] == 1
+    # Received at 2.0, 4.0 and 4.0: 0.5, 2.5 and 0.5 s after they were produced.
+    assert result["max_s"] == 2.5 and result["hist"] == {"5000": 2, "25000": 1}
