@@ -231,6 +231,9 @@ def live_table(r: dict[str, Any]) -> None:
                 line += f"; emulator {v['emulator_busy'] * 100:.0f}%"
             if v["redis_busy"] is not None:
                 line += f"; Redis {v['redis_busy'] * 100:.0f}%"
+            line += "; cores busy (softirq) " + " ".join(
+                f"{c} {b * 100:.0f}% ({v['cores_softirq'][c] * 100:.0f}%)" for c, b in v["cores_busy"].items()
+            )
             if not v["connected_before_first_token"]:
                 line += "; NOT all connected before the first token"
             line += f"; p99 by round {v['rounds_p99_ms']}"
