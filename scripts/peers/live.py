@@ -161,9 +161,9 @@ async def measure(
         ready_at = time.monotonic()
         servers = target.pids()
         watched = servers + viewers.pids + ([target.emulator_pid] if target.emulator_pid else [])
+        await start()  # returns as the first token comes: the CPU counts from there
         before, cores_before = cpu_of(watched), cores()
         redis_before = redis_cpu(target.redis_url) if target.redis_url else 0.0
-        await start()
         await viewers.ended(timeout=timeout + 30)
         after, cores_after = cpu_of(watched), cores()
         redis_after = redis_cpu(target.redis_url) if target.redis_url else 0.0
@@ -223,14 +223,16 @@ async def service_round(
     texts = answer_texts(message, cfg.live_tokens)
     session_id = await new_session(http, target.url, message)
 
-    async def produced() -> list[float]:
-        url = target.extra["emulator_url"] + "/_emulator/records"
-        async with http.get(url) as response:
-            record = next(r for r in await response.json() if r["user_text"] == message)
-        return record["token_times"]
+    async def record() -> dict[str, Any]:
+        async with http.get(target.extra["emulator_url"] + "/_emulator/records") as response:
+            return next(r for r in await response.json() if r["user_text"] == message)
 
-    async def start() -> None:  # the emulator starts it after ttft
-        pass
+    async def produced() -> list[float]:
+        return (await record())["token_times"]
+
+    async def start() -> None:  # the emulator starts the answer after ttft: wait for it
+        while not (await record())["token_times"]:
+            await asyncio.sleep(0.02)
 
     path = PATHS[cfg.live_dialect].format(id=session_id)
     return await measure(
