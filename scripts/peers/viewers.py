@@ -330,6 +330,7 @@ class ViewerProcs:
                     json.dumps(spec),
                     stdin=asyncio.subprocess.PIPE,
                     stdout=asyncio.subprocess.PIPE,
+                    limit=1 << 26,  # a result line holds a latency histogram
                 )
             )
         return self
