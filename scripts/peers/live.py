@@ -38,7 +38,7 @@ from benchlib import ROOT
 from benchlib.api import client_session, fill_session, new_session, poll_all
 from benchlib.procs import CLIENT_CPU, can_pin, cpu_seconds, process_tree, wait_until_up
 from benchlib.stack import ServiceStack
-from benchlib.stats import med, median, ratio
+from benchlib.stats import med, median, ratio, spread
 
 from peers.config import (
     BARE,
@@ -192,6 +192,8 @@ async def measure(
         "p50_ms": percentile_of(hist, 0.5),
         "p99_ms": percentile_of(hist, 0.99),
         "max_ms": max(r["max_s"] for r in results) * 1000,
+        "after_ts_p50_ms": spread([x * 1000 for r in results for x in r["after_ts_s"]])["p50"],
+        "after_ts_p99_ms": spread([x * 1000 for r in results for x in r["after_ts_s"]])["p99"],
         "deliveries": delivered,
         "expected": n * len(texts),
         "complete_subscribers": sum(r["complete"] for r in results),
@@ -199,6 +201,8 @@ async def measure(
         "text_parts_per_subscriber": sum(r["text_parts"] for r in results) / n,
         "answer_s": last_end - times[0],
         "paced_s": len(texts) / cfg.live_tps,
+        # Whether the model kept its pace (it shares the client's core): its last token's time.
+        "produced_s": times[-1] - times[0],
         "connected_before_first_token": ready_at < times[0],
         "cpu_us_per_delivery": server_cpu / delivered * 1e6 if delivered else None,
         "server_busy": server_cpu / window,
@@ -295,8 +299,11 @@ async def service_target(cfg: Config, source: Any = None, prefix: str = "") -> A
 
 def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Medians over rounds (the worst round for what must hold in every round)."""
-    keys = ("p50_ms", "p99_ms", "max_ms", "cpu_us_per_delivery", "answer_s", "server_busy")
+    keys = ("p50_ms", "p99_ms", "max_ms", "cpu_us_per_delivery", "answer_s", "produced_s", "server_busy")
     out: dict[str, Any] = {key: round(med(runs, key), 3) for key in keys}
+    for key in ("after_ts_p50_ms", "after_ts_p99_ms"):
+        values = [r[key] for r in runs if r[key] is not None]
+        out[key] = round(median(values), 1) if values else None
     out["text_parts_per_subscriber"] = round(med(runs, "text_parts_per_subscriber"), 1)
     out["deliveries"] = min(r["deliveries"] for r in runs)
     out["expected"] = runs[0]["expected"]

@@ -229,6 +229,9 @@ def live_table(r: dict[str, Any]) -> None:
                 line += "; service's busiest processes " + " ".join(f"{b * 100:.0f}%" for b in busiest)
             if v["emulator_busy"] is not None:
                 line += f"; emulator {v['emulator_busy'] * 100:.0f}%"
+            line += f"; last token produced at {v['produced_s']:.2f} s"
+            if v.get("after_ts_p50_ms") is not None:
+                line += f"; from ts (3 subscribers a process) p50/p99 {v['after_ts_p50_ms']}/{v['after_ts_p99_ms']} ms"
             if v["redis_busy"] is not None:
                 line += f"; Redis {v['redis_busy'] * 100:.0f}%"
             line += "; cores busy (softirq) " + " ".join(

@@ -59,6 +59,10 @@ DIALECTS: dict[str, dict[str, Any]] = {
         "ready": b"HTTP/1.1 200",
     },
 }
+# A text event's ``ts`` (the session dialect, over SSE or WebSocket), and the wall clock's lead
+# on the monotonic one in this process, to compare the two.
+TEXT_TS = re.compile(rb'"type":"assistant_text","text":"(?:[^"\\]|\\.)*"[^}]*?"ts":([0-9.]+)')
+WALL_OFFSET = time.time() - time.monotonic()
 # A text part is never longer than this (merged, a whole answer is a few KB): the unread tail
 # kept between reads is cut to it.
 MAX_TAIL = 1 << 17
@@ -93,6 +97,7 @@ class Viewer:
         "clocks",
         "lengths",
         "ended",
+        "after_ts",
     )
 
     def __init__(self, spec: dict[str, Any], pattern: re.Pattern[bytes], dialect: dict[str, Any]) -> None:
@@ -110,6 +115,9 @@ class Viewer:
         self.clocks = array.array("d")
         self.lengths = array.array("q")
         self.ended = 0.0
+        # For three subscribers a process in the session dialect: each text event's read time
+        # minus its ``ts`` (when the service logged it), the measure before production times.
+        self.after_ts: list[float] | None = None
 
     def request(self) -> bytes:
         """The request that opens the subscription (the upgrade, for a WebSocket)."""
@@ -135,6 +143,9 @@ class Viewer:
             grew += len(match.group(1))
             end = match.end()
             self.parts += 1
+        if grew and self.after_ts is not None:
+            wall = now + WALL_OFFSET
+            self.after_ts += [wall - float(ts) for ts in TEXT_TS.findall(buffer)]
         if grew:
             self.length += grew
             self.clocks.append(now)
@@ -233,6 +244,9 @@ def watch(spec: dict[str, Any]) -> list[Viewer]:
             failed = [v.failed or "no answer in 60 s" for v in batch if not v.ready]
             if failed:
                 raise RuntimeError(f"{len(failed)} subscriptions failed: {failed[0]}")
+        if spec["dialect"] != "aisdk":  # the first, middle and last to connect: early and late writes
+            for index in {0, len(viewers) // 2, len(viewers) - 1}:
+                viewers[index].after_ts = []
         say({"ready": len(viewers), "at": time.monotonic()})
         loop.run(lambda: loop.ended + loop.gone >= len(viewers), time.monotonic() + spec["timeout"])
     finally:
@@ -271,6 +285,7 @@ def figures(viewers: list[Viewer], ends: list[int], times: list[float]) -> dict[
         "text_parts": sum(v.parts for v in viewers),
         "max_s": worst,
         "hist": {str(i): c for i, c in enumerate(hist) if c},
+        "after_ts_s": [x for v in viewers if v.after_ts is not None for x in v.after_ts],
     }
 
 
