@@ -121,6 +121,16 @@ def cores() -> dict[str, tuple[float, float]]:
     return out
 
 
+def system_seconds(pids: list[int]) -> float:
+    """The kernel's share of some processes' CPU so far (system time, from /proc)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            total += int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[12]) / ticks
+    return total
+
+
 def cpu_of(pids: list[int]) -> dict[int, float]:
     """CPU seconds of each process (0 for one that is gone)."""
     out = {}
@@ -163,9 +173,11 @@ async def measure(
         watched = servers + viewers.pids + ([target.emulator_pid] if target.emulator_pid else [])
         await start()  # returns as the first token comes: the CPU counts from there
         before, cores_before = cpu_of(watched), cores()
+        client_system = system_seconds(viewers.pids)
         redis_before = redis_cpu(target.redis_url) if target.redis_url else 0.0
         await viewers.ended(timeout=timeout + 30)
         after, cores_after = cpu_of(watched), cores()
+        client_system = system_seconds(viewers.pids) - client_system
         redis_after = redis_cpu(target.redis_url) if target.redis_url else 0.0
         times = await produced()
         if len(times) != len(texts):
@@ -208,6 +220,7 @@ async def measure(
         "server_busy": server_cpu / window,
         "workers_busy": [used[pid] / window for pid in servers] if len(servers) > 1 else [],
         "client_busy": [used[pid] / window for pid in client_pids],
+        "client_system_share": client_system / max(sum(used[pid] for pid in client_pids), 1e-9),
         "emulator_busy": used[target.emulator_pid] / window if target.emulator_pid else None,
         "redis_busy": (redis_after - redis_before) / window if target.redis_url else None,
         "cores_busy": {c: (cores_after[c][0] - b[0]) / window for c, b in cores_before.items()},
@@ -299,7 +312,16 @@ async def service_target(cfg: Config, source: Any = None, prefix: str = "") -> A
 
 def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Medians over rounds (the worst round for what must hold in every round)."""
-    keys = ("p50_ms", "p99_ms", "max_ms", "cpu_us_per_delivery", "answer_s", "produced_s", "server_busy")
+    keys = (
+        "p50_ms",
+        "p99_ms",
+        "max_ms",
+        "cpu_us_per_delivery",
+        "answer_s",
+        "produced_s",
+        "server_busy",
+        "client_system_share",
+    )
     out: dict[str, Any] = {key: round(med(runs, key), 3) for key in keys}
     for key in ("after_ts_p50_ms", "after_ts_p99_ms"):
         values = [r[key] for r in runs if r[key] is not None]

@@ -223,7 +223,7 @@ def live_table(r: dict[str, Any]) -> None:
                 ]
             )
             busy = " ".join(f"{b * 100:.0f}%" for b in v["client_busy"])
-            line = f"  {int(n):,} {name}: client processes {busy}"
+            line = f"  {int(n):,} {name}: client processes {busy} ({v['client_system_share'] * 100:.0f}% in the kernel)"
             if v["workers_busy"]:
                 busiest = sorted(v["workers_busy"], reverse=True)[: r["workers"] + 1]
                 line += "; service's busiest processes " + " ".join(f"{b * 100:.0f}%" for b in busiest)
