@@ -27,7 +27,7 @@ import math
 import os
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -284,7 +284,7 @@ async def peer_round(http: aiohttp.ClientSession, target: Target, n: int, cfg: C
 
 
 @contextlib.asynccontextmanager
-async def service_target(cfg: Config, source: Any = None, prefix: str = "") -> Any:
+async def service_target(cfg: Config, source: Path | None = None, prefix: str = "") -> AsyncIterator[Target]:
     """The service (with ``--workers`` on Redis when asked) and its emulator, as a target."""
     env = {"AGENT_REDIS_URL": cfg.redis_url, "AGENT_REDIS_PREFIX": prefix} if cfg.workers else {}
     if cfg.workers:
