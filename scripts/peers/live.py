@@ -27,7 +27,7 @@ import math
 import os
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 import aiohttp
 from benchlib import ROOT
 from benchlib.api import client_session, fill_session, new_session, poll_all
-from benchlib.procs import CLIENT_CPU, can_pin, cpu_seconds, process_tree, wait_until_up
+from benchlib.procs import CLIENT_CPU, SERVER_CPU, can_pin, cpu_seconds, process_tree, wait_until_up
 from benchlib.stack import ServiceStack
 from benchlib.stats import med, median, ratio, spread
 
@@ -299,7 +299,9 @@ async def service_target(cfg: Config, source: Path | None = None, prefix: str = 
     else:
         stack = service_stack(cfg, source=source) if source else service_stack(cfg)
         stack.emulator_cmd += RECORD_TIMES
-    async with stack:
+    async with contextlib.AsyncExitStack() as exits:
+        with both_cores(cfg.workers > 0):  # the workers inherit this process's affinity
+            await exits.enter_async_context(stack)
         pid = stack.pid
         yield Target(
             stack.url,
@@ -308,6 +310,21 @@ async def service_target(cfg: Config, source: Path | None = None, prefix: str = 
             cfg.redis_url if cfg.workers else "",
             {"emulator_url": stack.emulator_url},
         )
+
+
+@contextlib.contextmanager
+def both_cores(wanted: bool) -> Iterator[None]:
+    """While ``wanted``, this process (pinned to the client's CPU) may run on both, so that the
+    processes it starts meanwhile without a CPU of their own are not pinned with it."""
+    if not wanted or not can_pin():
+        yield
+        return
+    mine = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {CLIENT_CPU, SERVER_CPU})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, mine)
 
 
 def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
