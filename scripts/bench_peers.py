@@ -31,9 +31,15 @@ Scenarios (``--only NAME``):
    The service writes a reader's batch in one write; the bare handler one write per event.
 2. ``ws``: the same replay over ``/ws`` (``subscribe`` with ``last_event_id: 0``, frames until
    ``done``) against a bare websockets server sending the same frames.
-3. ``live``: one paced answer (50 tokens/s, 500 tokens) to 100, 1,000 and 5,000 SSE subscribers;
-   latency = the client's clock at read minus the event's ``ts`` (a sample of 100 subscribers
-   parse, the others count frame ends); the peers broadcast an event every 20 ms with a ``ts``.
+3. ``live``: one paced answer (50 tokens/s, 500 tokens) to 100, 1,000 and 5,000 subscribers
+   (``--subscribers N[,N...]`` for others) over SSE, WebSocket or the AI SDK's resume stream
+   (``--dialect``); latency = when a subscriber's read returned a token minus when the model
+   produced it (the emulator's own record, ``--record-token-times``), for every token at every
+   subscriber, merged deltas counted by their text. The subscribers are read by
+   ``--client-procs`` processes (default one per 2,500) pinned to the client's CPU, each one's
+   CPU printed; ``--workers N`` runs the service as N workers on a private Redis. The peers (SSE
+   only, one process; ``--no-peers`` leaves them out) broadcast the same texts every 20 ms and
+   say when they produced each. See ``peers/live.py`` and ``peers/viewers.py``.
 4. ``concurrency``: 200 and 500 concurrent ``POST /agent/stream`` runs, each paced by
    ``[emu:ttft=600..1200]`` and ``[emu:tps=50..150]``: the gap between tokens minus 1/tps, the
    first-token time the service adds, and the event-loop lag (``/healthz?lag_since=``). No peer
@@ -76,6 +82,7 @@ from peers.replay import scenario_replay, scenario_ws  # noqa: E402
 from peers.report import report  # noqa: E402
 from peers.servers import serve_peer  # noqa: E402
 from peers.slow import scenario_slow  # noqa: E402
+from peers.viewers import viewers_main  # noqa: E402
 
 SCENARIOS: dict[str, Callable[[Config], Awaitable[dict[str, Any]]]] = {
     "replay": scenario_replay,
@@ -108,10 +115,30 @@ def main() -> None:
         help="the core of the emulator (default: the client's)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON only")
+    live = parser.add_argument_group("live")
+    live.add_argument("--subscribers", metavar="N[,N...]", help="live: these sizes (default 100,1000,5000)")
+    live.add_argument(
+        "--dialect", choices=["sse", "ws", "aisdk"], default="sse", help="live: how the subscribers follow"
+    )
+    live.add_argument(
+        "--client-procs", type=int, default=0, metavar="K", help="live: client processes (0: one per 2,500)"
+    )
+    live.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="live: the service as N workers on a private Redis",
+    )
+    live.add_argument("--no-peers", action="store_true", help="live: the service (and baseline) alone")
     parser.add_argument("--serve-peer", nargs=3, metavar=("KIND", "PORT", "FILE"), help=argparse.SUPPRESS)
+    parser.add_argument("--viewers", metavar="SPEC", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_peer:
         serve_peer(args.serve_peer[0], int(args.serve_peer[1]), args.serve_peer[2])
+        return
+    if args.viewers:
+        viewers_main(args.viewers)
         return
 
     cfg = Config.quick() if args.quick else Config()
@@ -119,6 +146,14 @@ def main() -> None:
     if args.rounds:
         cfg.rounds = args.rounds
     cfg.emulator_cpu = args.emulator_cpu
+    if args.subscribers:
+        cfg.live_sizes = tuple(int(n.replace("_", "")) for n in args.subscribers.split(","))
+    cfg.live_dialect, cfg.client_procs, cfg.workers = args.dialect, args.client_procs, args.workers
+    cfg.peers = not args.no_peers
+    if cfg.workers:
+        cfg.notes.append(
+            f"live: the service as {cfg.workers} workers on a private Redis, unpinned (both cores)"
+        )
     raise_open_file_limit()
     if can_pin():
         os.sched_setaffinity(0, {CLIENT_CPU})

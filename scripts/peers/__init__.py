@@ -2,7 +2,8 @@
 
 - ``config``: the sizes of every scenario, the targets' names, the service and peer processes.
 - ``replay``: replay fan-out over SSE and over WebSocket (scenarios 1 and 2).
-- ``live``: one paced answer to many SSE subscribers (3).
+- ``live``: one paced answer to many subscribers, SSE, WebSocket or AI SDK (3), read by the client
+  processes of ``viewers``.
 - ``concurrency``: many paced ``POST /agent/stream`` runs at once (4).
 - ``idle``: memory per idle connection (5).
 - ``slow``: a subscriber that never reads (6).

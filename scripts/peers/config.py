@@ -60,7 +60,11 @@ class Config:
     live_sizes: tuple[int, ...] = (100, 1000, 5000)
     live_tokens: int = 500
     live_tps: float = 50.0
-    live_parsed: int = 100
+    live_dialect: str = "sse"  # sse, ws or aisdk (the service's subscribers; the peers are SSE)
+    client_procs: int = 0  # the live clients' processes; 0: one per 2,500 subscribers
+    workers: int = 0  # live: the service as this many workers on a private Redis
+    redis_url: str = ""
+    peers: bool = True
     conc_sizes: tuple[int, ...] = (200, 500)
     conc_tokens: int = 200
     conc_warm: int = 500
@@ -82,7 +86,6 @@ class Config:
             replay_min_s=0.3,
             live_sizes=(20, 200),
             live_tokens=60,
-            live_parsed=20,
             conc_sizes=(20, 50),
             conc_tokens=30,
             conc_warm=50,

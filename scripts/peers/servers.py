@@ -11,21 +11,33 @@ import time
 from pathlib import Path
 from typing import Any
 
+# When each event of the last broadcast was produced (``time.monotonic()``), for ``GET /times``:
+# the live scenario's latency runs from there, as it runs from the emulator's for the service.
+PRODUCED: list[float] = []
+
 
 async def broadcast(
     queues: set[asyncio.Queue[tuple[str, str, str] | None]],
-    template: dict[str, Any],
+    data: dict[str, Any],
     events: int,
     interval: float,
 ) -> None:
-    """Every ``interval`` seconds one text event, stamped with ``ts``, to every subscriber; then done."""
+    """Every ``interval`` seconds one text event, stamped with ``ts``, to every subscriber; then done.
+
+    The k-th event's text is ``data["texts"][k]`` when given (the service's answer, token by
+    token), else the template's.
+    """
     loop = asyncio.get_running_loop()
+    template = data["template"]
+    texts = data.get("texts") or [template.get("text", "")] * events
+    PRODUCED.clear()
     started = loop.time()
     for k in range(1, events + 1):
         delay = started + (k - 1) * interval - loop.time()
         if delay > 0:
             await asyncio.sleep(delay)
-        payload = {**template, "id": k, "ts": round(time.time(), 6)}
+        PRODUCED.append(time.monotonic())
+        payload = {**template, "text": texts[(k - 1) % len(texts)], "id": k, "ts": round(time.time(), 6)}
         item = (str(k), "assistant_text", json.dumps(payload, separators=(",", ":"), ensure_ascii=False))
         for queue in queues:
             queue.put_nowait(item)
@@ -67,7 +79,7 @@ def serve_aiohttp(port: int, data: dict[str, Any]) -> None:
         task = asyncio.create_task(
             broadcast(
                 subscribers,
-                data["template"],
+                data,
                 int(request.query["events"]),
                 float(request.query["interval_ms"]) / 1000,
             )
@@ -79,6 +91,9 @@ def serve_aiohttp(port: int, data: dict[str, Any]) -> None:
     async def count(request: web.Request) -> web.Response:
         return web.json_response({"subscribers": len(subscribers)})
 
+    async def times(request: web.Request) -> web.Response:
+        return web.json_response(PRODUCED)
+
     async def health(request: web.Request) -> web.Response:
         return web.Response(text="ok")
 
@@ -87,6 +102,7 @@ def serve_aiohttp(port: int, data: dict[str, Any]) -> None:
     app.router.add_get("/idle", idle)
     app.router.add_post("/start", start)
     app.router.add_get("/count", count)
+    app.router.add_get("/times", times)
     app.router.add_get("/healthz", health)
     web.run_app(
         app,
@@ -143,7 +159,7 @@ def serve_fastapi(port: int, data: dict[str, Any]) -> None:
 
     @app.post("/start")
     async def start(events: int, interval_ms: float):
-        task = asyncio.create_task(broadcast(subscribers, data["template"], events, interval_ms / 1000))
+        task = asyncio.create_task(broadcast(subscribers, data, events, interval_ms / 1000))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
         return {"subscribers": len(subscribers)}
@@ -151,6 +167,10 @@ def serve_fastapi(port: int, data: dict[str, Any]) -> None:
     @app.get("/count")
     async def count():
         return {"subscribers": len(subscribers)}
+
+    @app.get("/times")
+    async def times():
+        return PRODUCED
 
     @app.get("/healthz", response_class=PlainTextResponse)
     async def health():

@@ -4,16 +4,83 @@ costs the service (memory, the others' latency) and whether the service lets it 
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import time
 from typing import Any
 
+import aiohttp
 from benchlib.api import client_session, new_session
 from benchlib.procs import Meter, rss_bytes
 from benchlib.stats import med, percentile, ratio
+from benchlib.streams import FRAME_END, count_frames
 
 from peers.config import NO_MERGE, Config, service_stack
-from peers.live import connect_many, read_live
+from service.loadtest.sse import FrameSplitter
+
+
+async def connect_many(
+    http: aiohttp.ClientSession, url: str, n: int, batch: int = 250
+) -> list[aiohttp.ClientResponse]:
+    """Open ``n`` SSE streams (in batches: the listen backlogs are small); each has its headers."""
+    responses: list[aiohttp.ClientResponse] = []
+    for start in range(0, n, batch):
+        responses += await asyncio.gather(*(http.get(url) for _ in range(min(batch, n - start))))
+    bad = [r.status for r in responses if r.status != 200]
+    if bad:
+        for response in responses:
+            response.close()
+        raise RuntimeError(f"{url}: {len(bad)} streams refused (HTTP {bad[0]})")
+    return responses
+
+
+# A text event's ``ts`` in a data line (JSON strings escape their quotes, so text cannot fake it).
+TEXT_TS = re.compile(rb'"type":"assistant_text"[^\n]*?"ts":([0-9.]+)')
+
+
+async def parse_frames(content: aiohttp.StreamReader, latencies: list[float]) -> tuple[int, int]:
+    """Read a stream to its end; the latency of every text event (the client's clock when the read
+    that completed its frame returned, minus its ``ts``); its frames and its text events."""
+    frames = texts = 0
+    splitter = FrameSplitter(FRAME_END)
+    while chunk := await content.readany():
+        now = time.time()
+        complete = splitter.feed(chunk)
+        if not complete:
+            continue
+        frames += complete.count(FRAME_END)
+        for match in TEXT_TS.finditer(complete):
+            latencies.append((now - float(match.group(1))) * 1000)
+            texts += 1
+    return frames, texts
+
+
+async def read_live(
+    responses: list[aiohttp.ClientResponse], parsed: int
+) -> tuple[list[int], list[float], list[int]]:
+    """Read every stream to its end: every k-th parses and times text events (latency from the
+    event's ``ts``), the rest count frames.
+
+    The frames of every stream, the latencies of the parsed text events, and how many text events
+    each parsing stream had.
+    """
+    latencies: list[float] = []
+    texts: list[int] = []
+    step = max(1, len(responses) // parsed)
+
+    async def parse(response: aiohttp.ClientResponse) -> int:
+        frames, text = await parse_frames(response.content, latencies)
+        texts.append(text)
+        return frames
+
+    async def one(index: int, response: aiohttp.ClientResponse) -> int:
+        try:
+            return await (parse(response) if index % step == 0 else count_frames(response.content))
+        finally:
+            response.release()
+
+    counts = await asyncio.gather(*(one(i, r) for i, r in enumerate(responses)))
+    return list(counts), latencies, texts
 
 
 def stalled_reader(port: int, path: str) -> socket.socket:

@@ -32,6 +32,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--default-tokens", type=int, default=DEFAULT_ANSWER_TOKENS)
     parser.add_argument("--max-records", type=int, default=DEFAULT_MAX_RECORDS)
     parser.add_argument("--access-log", action="store_true", help="log every request")
+    parser.add_argument(
+        "--record-token-times",
+        action="store_true",
+        help="keep when each token left the model in its record (token_times), for benchmarks",
+    )
     return parser.parse_args(argv)
 
 
@@ -43,6 +48,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         tokens_per_second=args.tokens_per_second,
         default_tokens=args.default_tokens,
         max_records=args.max_records,
+        record_token_times=args.record_token_times,
     )
     kwargs = {} if args.access_log else {"access_log": None}
     web.run_app(

@@ -12,7 +12,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Outcome = Literal["running", "completed", "client_closed", "error"]
@@ -41,6 +41,9 @@ class RequestRecord:
     system: str = ""
     tools: tuple[str, ...] = ()
     traceparent: str = ""  # the W3C trace context the request carried, if any
+    # When each token left the model (``time.monotonic()``, the moment its pacer released it),
+    # kept only with ``EmulatorConfig.record_token_times``: a benchmark measures latency from it.
+    token_times: list[float] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """The record as a JSON-ready dict."""
@@ -87,6 +90,11 @@ class RecordStore:
                 setattr(record, name, value)
             self._condition.notify_all()
 
+    def token_produced(self, record: RequestRecord, at: float) -> None:
+        """Note that one more of ``record``'s tokens left the model at ``at``."""
+        with self._condition:
+            record.token_times.append(at)
+
     def finish(self, record: RequestRecord, outcome: Outcome, **changes: Any) -> None:
         """Close ``record`` with ``outcome``, unless it is already closed."""
         with self._condition:
@@ -102,7 +110,7 @@ class RecordStore:
     def snapshot(self) -> list[RequestRecord]:
         """Copies of all kept records, oldest first."""
         with self._condition:
-            return [dataclasses.replace(record) for record in self._records]
+            return [dataclasses.replace(r, token_times=list(r.token_times)) for r in self._records]
 
     def wait_for(self, predicate: Callable[[RequestRecord], bool], timeout: float = 5.0) -> RequestRecord:
         """Block until some record satisfies ``predicate``; return a copy of the newest such."""
@@ -117,4 +125,4 @@ class RecordStore:
             found = self._condition.wait_for(find, timeout)
             if found is None:
                 raise TimeoutError(f"no emulator record matched within {timeout}s")
-            return dataclasses.replace(found)
+            return dataclasses.replace(found, token_times=list(found.token_times))

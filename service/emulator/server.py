@@ -45,6 +45,9 @@ class EmulatorConfig:
     # The model's context window in input tokens (as the emulator counts them); a longer request
     # is refused with Bedrock's ValidationException. 0: no limit.
     context_tokens: int = 0
+    # Keep when each token left the model in its request's record (``token_times``), so that a
+    # benchmark can measure from there rather than from when the service logged it.
+    record_token_times: bool = False
 
 
 @dataclass(slots=True)
@@ -58,10 +61,13 @@ class _StreamTasks:
 class _Pacer:
     """Paces the tokens of one response and records how far it got."""
 
-    def __init__(self, interval: float, store: RecordStore, record: RequestRecord) -> None:
+    def __init__(
+        self, interval: float, store: RecordStore, record: RequestRecord, record_times: bool = False
+    ) -> None:
         self.interval = interval
         self.store = store
         self.record = record
+        self.record_times = record_times
         self.loop = asyncio.get_running_loop()
         self.first: float | None = None
         self.tokens = 0
@@ -78,6 +84,8 @@ class _Pacer:
             delay = self.first + self.tokens * self.interval - self.loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
+        if self.record_times:
+            self.store.token_produced(self.record, time.monotonic())
 
     def sent(self, is_token: bool) -> None:
         """After a write: count a token."""
@@ -243,7 +251,7 @@ async def _stream(
         await response.prepare(request)
         if ttft_ms > 0:
             await asyncio.sleep(ttft_ms / 1000.0)
-        pacer = _Pacer(interval, store, record)
+        pacer = _Pacer(interval, store, record, config.record_token_times)
         stall = _Stall(plan)
         await stall.maybe(0)
         for frame in frames:
@@ -353,7 +361,7 @@ async def _stream_openai(
         await response.prepare(request)
         if ttft_ms > 0:
             await asyncio.sleep(ttft_ms / 1000.0)
-        pacer = _Pacer(interval, store, record)
+        pacer = _Pacer(interval, store, record, config.record_token_times)
         stall = _Stall(plan)
         await stall.maybe(0)
         for chunk in rendering.chunks:

@@ -299,6 +299,34 @@ def test_config_pacing_is_followed() -> None:
     assert record.finished_at - record.first_token_at >= 0.095  # type: ignore[operator]
 
 
+def test_token_times_are_recorded_only_when_asked() -> None:
+    """With ``record_token_times`` each token's release is in its record, at the asked pace;
+    without it the record keeps none."""
+    with EmbeddedEmulator(EmulatorConfig(tokens_per_second=200, record_token_times=True)) as emu:
+        _events(_converse(_client(emu), [_user("[emu:tokens=5] Hello")]))
+        record = emu.wait_for(lambda r: r.outcome == "completed", 5.0)
+    times = record.token_times
+    assert len(times) == 5
+    assert record.first_token_at is not None and times[0] <= record.first_token_at
+    assert record.started_at <= times[0] and times[-1] <= record.finished_at  # type: ignore[operator]
+    # Deadlines 5 ms apart from the first token's release.
+    assert all(later - times[0] >= k * 0.005 - 0.001 for k, later in enumerate(times))
+    with EmbeddedEmulator(EmulatorConfig()) as emu:
+        _events(_converse(_client(emu), [_user("[emu:tokens=5] Hello")]))
+        assert emu.wait_for(lambda r: r.outcome == "completed", 5.0).token_times == []
+
+
+async def test_token_times_are_in_the_records_route(aiohttp_client: Any) -> None:
+    """``GET /_emulator/records`` carries ``token_times`` for a benchmark in another process."""
+    client = await aiohttp_client(create_emulator_app(EmulatorConfig(record_token_times=True)))
+    body = {"messages": [_user("[emu:tokens=3] Hi")]}
+    async with client.post(f"/model/{MODEL_ID}/converse-stream", json=body) as response:
+        await response.read()
+    async with client.get("/_emulator/records") as response:
+        (record,) = await response.json()
+    assert len(record["token_times"]) == 3 and record["token_times"] == sorted(record["token_times"])
+
+
 # --- raw HTTP ------------------------------------------------------------------------------
 
 
