@@ -125,9 +125,10 @@ class Settings(BaseSettings):
     context_max_tokens: int = Field(0, ge=0)
     merge_deltas_after: int = Field(64, ge=2)
     # A log with many live subscribers holds its new events for a window before writing them to
-    # each (service/core/direct.py): 10 µs per subscriber, up to this many milliseconds; 0: never.
-    coalesce_max_ms: float = Field(100.0, ge=0, le=1000)
-    coalesce_per_subscriber_us: float = Field(10.0, ge=0, le=1000)
+    # each (service/core/direct.py): 20 µs per subscriber, up to this many milliseconds; 0: never.
+    # Every subscriber is written once a window, so 20 µs caps the writes at 50,000 a second.
+    coalesce_max_ms: float = Field(200.0, ge=0, le=1000)
+    coalesce_per_subscriber_us: float = Field(20.0, ge=0, le=1000)
     steps_planning: bool = False
     poll_max_events: int = Field(1000, ge=1, le=100_000)
     allow_unauthenticated: bool = False

@@ -57,8 +57,8 @@ class Coalescing:
     under ``min_window_s`` (a small audience gets each entry at once). ``max_window_s`` 0: never.
     """
 
-    max_window_s: float = 0.1
-    per_subscriber_s: float = 10e-6
+    max_window_s: float = 0.2
+    per_subscriber_s: float = 20e-6
     min_window_s: float = 0.002
 
     def window(self, subscribers: int) -> float:
@@ -68,11 +68,14 @@ class Coalescing:
 
 NO_COALESCING = Coalescing(max_window_s=0.0)
 
+# The most subscriptions handed a window's entries in one go (see DirectSet).
+GROUP_SIZE = 500
+
 
 class Direct:
     """A subscription waiting with a :data:`Deliver`: where it stands, and the future that wakes it."""
 
-    __slots__ = ("_deliver", "_idle", "_many", "_waiter", "cursor")
+    __slots__ = ("_deliver", "_idle", "_many", "_waiter", "cursor", "group")
 
     def __init__(self, deliver: Deliver, idle: IdleWait | None, many: DeliverMany | None = None) -> None:
         self._deliver = deliver
@@ -80,6 +83,7 @@ class Direct:
         self._idle = idle
         self._waiter: asyncio.Future[bool] | None = None
         self.cursor = 0
+        self.group = 0  # its group in the DirectSet it waits in
 
     def wait_from(self, cursor: int) -> asyncio.Future[bool]:
         """Wait, caught up to ``cursor``: the future :meth:`wake` resolves."""
@@ -124,69 +128,123 @@ class Direct:
 
 class DirectSet:
     """A log's waiting :class:`Direct` subscriptions, and the entries held for them (see the
-    module docstring). The log calls :meth:`offer` with each new entry, in id order."""
+    module docstring). The log calls :meth:`offer` with each new entry, in id order.
 
-    __slots__ = ("_held", "_timer", "coalescing", "waiting", "windows")
+    The subscriptions are kept in groups of at most :data:`GROUP_SIZE`, and a window's groups are
+    handed the held entries one after the other, ``window / groups`` apart, each group once per
+    window. Handing them to everyone at once would hold the event loop for as long as ten
+    thousand writes take (on loopback about 12 µs each, the receiver's TCP work included): the
+    model's next tokens would wait that long to be read, and the last subscribers of the round
+    would get theirs that much later. In turns, the loop is held a group's writes at a time, and
+    each subscriber waits at most a window.
+    """
+
+    __slots__ = ("_due", "_flushed", "_held", "_timer", "_turn", "coalescing", "groups", "windows")
 
     def __init__(self, coalescing: Coalescing = NO_COALESCING) -> None:
         self.coalescing = coalescing
-        self.waiting: list[Direct] = []
-        self._held: list[LogEntry] = []
+        self.groups: list[list[Direct]] = [[]]
+        self._flushed: list[int] = [0]  # per group: the last id it was handed in a window
+        self._held: list[LogEntry] = []  # what some group has not been handed yet, in id order
         self._timer: asyncio.TimerHandle | None = None
-        self.windows = 0  # how many windows were handed over (to see that they are used)
+        self._turn = 0  # the group the next tick hands the held entries to
+        self._due = 0.0  # when that tick is due (the loop's clock)
+        self.windows = 0  # how many groups were handed a window's entries (to see that it works)
 
     def __bool__(self) -> bool:
-        return bool(self.waiting) or bool(self._held)
+        return bool(self._held) or any(self.groups)
+
+    def __len__(self) -> int:
+        return sum(map(len, self.groups))
 
     def add(self, direct: Direct) -> None:
-        self.waiting.append(direct)
+        group = min(range(len(self.groups)), key=lambda index: len(self.groups[index]))
+        if len(self.groups[group]) >= GROUP_SIZE:
+            self.groups.append([])
+            self._flushed.append(self._held[-1].id if self._held else 0)
+            group = len(self.groups) - 1
+        direct.group = group
+        self.groups[group].append(direct)
 
     def discard(self, direct: Direct) -> None:
-        if direct in self.waiting:
-            self.waiting.remove(direct)
+        group = self.groups[direct.group] if direct.group < len(self.groups) else []
+        if direct in group:
+            group.remove(direct)
 
     def offer(self, entry: LogEntry) -> None:
-        """A new entry: handed over now, or held for the window under way (or one it starts)."""
-        if self._held:
-            if entry.id == self._held[-1].id + 1:
-                self._held.append(entry)
+        """A new entry: handed over now, or held until each group's turn (ticks it starts)."""
+        held = self._held
+        if held:
+            if entry.id == held[-1].id + 1:
+                held.append(entry)
                 return
             self.flush()  # not contiguous (a shared log's reader skipped purged ids): start over
-        window = self.coalescing.window(len(self.waiting))
+        window = self.coalescing.window(len(self))
         if window:
-            self._held.append(entry)
-            self._timer = asyncio.get_running_loop().call_later(window, self.flush)
+            held.append(entry)
+            if self._timer is None:
+                loop = asyncio.get_running_loop()
+                self._turn = 0
+                self._due = loop.time() + window / len(self.groups)
+                self._timer = loop.call_at(self._due, self._tick)
             return
-        declined: list[Direct] = []
         before = entry.id - 1
-        for direct in self.waiting:
-            if direct.cursor != before or not direct.take(entry):
-                direct.wake()
-                declined.append(direct)
-        if declined:
-            self._drop(declined)
+        for group in self.groups:
+            declined = [d for d in group if d.cursor != before or not d.take(entry)]
+            self._drop(group, declined)
 
-    def flush(self) -> None:
-        """Hand the held entries to every waiting subscription (each from its cursor)."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        held, self._held = self._held, []
+    def _tick(self) -> None:
+        """One group's turn: hand it what is held; then the next group's turn, a slice of the
+        window later, while anything is held."""
+        self._timer = None
+        groups = self.groups
+        turn = self._turn % len(groups)
+        self._hand(turn)
+        self._turn = turn + 1
+        # What every group was handed is held no more.
+        oldest = min(self._flushed)
+        held = self._held
+        if held and held[-1].id <= oldest:
+            self._held = []
+        elif held and held[0].id <= oldest:
+            del held[: oldest - held[0].id + 1]
+        if self._held:
+            # Due a slice of the window after the last one was due, not after it ended: the
+            # writes of a turn take time, and each group's turn must still come once a window.
+            window = self.coalescing.window(len(self)) or self.coalescing.min_window_s
+            self._due += window / len(groups)
+            self._timer = asyncio.get_running_loop().call_at(self._due, self._tick)
+
+    def _hand(self, turn: int) -> None:
+        held = self._held
         if not held:
             return
-        self.windows += 1
         first, last = held[0].id, held[-1].id
+        self._flushed[turn] = last
+        group = self.groups[turn]
+        if not group:
+            return
+        self.windows += 1
         shared: dict[Any, Any] = {}
         declined: list[Direct] = []
-        for direct in self.waiting:
+        for direct in group:
             cursor = direct.cursor
             if cursor >= last:
                 continue  # it read the held entries as a batch meanwhile
-            if cursor < first - 1 or not direct.take_many(held[cursor - first + 1 :], shared):
+            part = held if cursor == first - 1 else held[cursor - first + 1 :]
+            if cursor < first - 1 or not direct.take_many(part, shared):
                 direct.wake()
                 declined.append(direct)
-        if declined:
-            self._drop(declined)
+        self._drop(group, declined)
+
+    def flush(self) -> None:
+        """Hand everything held to every group now."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for turn in range(len(self.groups)):
+            self._hand(turn)
+        self._held = []
 
     def wake_all(self) -> None:
         """Wake every waiting subscription and let go of them (the log closed)."""
@@ -194,13 +252,20 @@ class DirectSet:
             self._timer.cancel()
             self._timer = None
         self._held = []
-        waiting, self.waiting = self.waiting, []
-        for direct in waiting:
-            direct.wake()
+        groups, self.groups, self._flushed = self.groups, [[]], [0]
+        for group in groups:
+            for direct in group:
+                direct.wake()
 
-    def _drop(self, declined: list[Direct]) -> None:
-        if len(declined) == len(self.waiting):
-            self.waiting = []
+    @staticmethod
+    def _drop(group: list[Direct], declined: list[Direct]) -> None:
+        """Wake the ``declined`` of ``group`` (they read a batch next) and let go of them."""
+        if not declined:
+            return
+        for direct in declined:
+            direct.wake()
+        if len(declined) == len(group):
+            group.clear()
         else:
             gone = set(map(id, declined))
-            self.waiting = [direct for direct in self.waiting if id(direct) not in gone]
+            group[:] = [direct for direct in group if id(direct) not in gone]

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from service.core import direct
 from service.core.direct import Coalescing
 from service.core.events import TextDelta
 from service.core.log import LogEntry, MemoryEventLog
@@ -173,3 +174,27 @@ async def test_closing_the_log_in_a_window_ends_every_viewer_with_all_the_entrie
     for viewer in viewers:
         await viewer.task  # the subscription ends once it has read what is kept
         assert viewer.received() == [1, 2, 3] and viewer.many == []
+
+
+async def test_groups_take_turns_and_each_viewer_gets_every_entry_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(direct, "GROUP_SIZE", 2)
+    log = MemoryEventLog(coalescing=ALWAYS)
+    viewers = await waiting_viewers(log, 6)
+    assert [len(group) for group in log._direct.groups] == [2, 2, 2]
+    for n in range(1, 4):
+        await log.append(text(n))
+    # The first group's turn comes a third of the window in; the others' after it, in order.
+    await viewers[0].until(3)
+    for viewer in viewers:
+        await viewer.until(3)
+    await log.append(text(4))
+    for viewer in viewers:
+        await viewer.until(4)
+    for viewer in viewers:
+        assert viewer.received() == [1, 2, 3, 4] and viewer.batches == []
+    # Every group was handed each window once; what all were handed is held no more.
+    assert log.windows == 6 and log._direct._held == []
+    for viewer in viewers:
+        await viewer.stop()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 
 import pytest
@@ -50,7 +51,14 @@ async def test_viewers_in_a_window_get_the_same_events_once_and_in_order(windowe
     entries = await session.log.read(after)
     assert entries[-1].event.type == "done"
     assert all(raw == streams[0] for raw in streams)  # the same bytes for every viewer
-    assert ids_of(streams[0]) == [entry.id for entry in entries]  # each once, in order
+    # Each once, in order: a window's text deltas merged into one event, which names its first id.
+    ids = ids_of(streams[0])
+    assert ids == sorted(set(ids)) and ids[-1] == entries[-1].id
+    firsts = [int(m) for m in re.findall(rb'"first_id":(\d+)', streams[0])]
+    assert len(ids) < len(entries) and firsts  # merged in windows
+    datas = [line[6:] for line in streams[0].decode().split("\r\n") if line.startswith("data: ")]
+    told = "".join(d["text"] for d in map(json.loads, datas) if d["type"] == "assistant_text")
+    assert told == entries[-1].event.output
     text = "".join(e.event.text for e in entries if e.event.type == "text_delta")
     assert text == entries[-1].event.output and len(text.split()) == 200
     # Windows were used: the viewers were handed events together.

@@ -142,17 +142,25 @@ class UIMessageStream(Projector):
 
     def shared_batch(self, entries: list[LogEntry], shared: dict[Any, Any]) -> tuple[bytes, int]:
         """A window of text deltas inside an open text block reads the same for every stream in
-        that block (it changes no state): its blocks are made once. Anything else is this
-        stream's own."""
+        that block (it changes no state): one ``text-delta`` part with their text (the SDK
+        appends deltas, whatever their size) and the last one's id, made once. Anything else is
+        this stream's own."""
         if self.text_id is None:
             return self.batch(entries)
         key = (UIMessageStream, self.text_id, entries[0].id)
         made = shared.get(key)
         if made is None:  # False: not texts alone, each stream projects them itself
-            made = shared[key] = all(type(entry.event) is TextDelta for entry in entries) and self.batch(
-                entries
-            )
+            texts_only = all(type(entry.event) is TextDelta for entry in entries)
+            made = shared[key] = texts_only and self._merged(entries)
         return made or self.batch(entries)  # type: ignore[no-any-return]
+
+    def _merged(self, entries: list[LogEntry]) -> tuple[bytes, int]:
+        text = "".join(entry.event.text for entry in entries)  # type: ignore[attr-defined]
+        block = (
+            f'id: {entries[-1].id}{SSE_SEP}data: {{"type":"text-delta","id":"{self.text_id}",'
+            f'"delta":{jsonsafe.quote(text)}}}{SSE_SEP}{SSE_SEP}'
+        ).encode()
+        return block, len(entries)
 
     def holds(self, entry: LogEntry) -> bool:
         event = entry.event

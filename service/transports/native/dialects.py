@@ -231,8 +231,8 @@ class SessionProjector(Projector):
             self.status = event.status
         return session_sse(entry)
 
-    def batch(self, entries: list[LogEntry]) -> tuple[bytes, int]:
-        if len(entries) <= self.merge_after:
+    def batch(self, entries: list[LogEntry], *, merge: bool = False) -> tuple[bytes, int]:
+        if len(entries) <= self.merge_after and not merge:
             return super().batch(entries)
         for entry in entries:
             if type(entry.event) is StatusChange:
@@ -243,12 +243,13 @@ class SessionProjector(Projector):
         return merged.encode(), len(entries)
 
     def shared_batch(self, entries: list[LogEntry], shared: dict[Any, Any]) -> tuple[bytes, int]:
-        # The blocks depend on the entries alone (and on merge_after, the same for every stream);
-        # the status each stream keeps is the last one among them.
-        key = (SessionProjector, self.merge_after, entries[0].id)
+        # A window's text deltas are merged as a lagging reader's are: fewer, larger frames for
+        # every viewer to take in. The blocks depend on the entries alone; the status each stream
+        # keeps is the last one among them.
+        key = (SessionProjector, entries[0].id)
         made = shared.get(key)
         if made is None:
-            data, shown = self.batch(entries)
+            data, shown = self.batch(entries, merge=True)
             changed = any(type(entry.event) is StatusChange for entry in entries)
             made = shared[key] = (data, shown, self.status if changed else None)
         elif made[2] is not None:
