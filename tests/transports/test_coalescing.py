@@ -147,3 +147,26 @@ async def test_ai_sdk_viewers_in_a_window_get_the_same_parts_and_the_whole_answe
         assert [p["type"] for p in parts][:2] == ["start", "start-step"] and parts[-1]["type"] == "finish"
         assert "".join(p["delta"] for p in parts if p["type"] == "text-delta") == answer
     assert all(raw == streams[0] for raw in streams)
+
+
+async def test_ag_ui_viewers_in_a_window_get_the_same_events_and_the_whole_answer(
+    windowed: TestClient,
+) -> None:
+    client = windowed
+    session_id = await new_session(client)
+    session = await services_of(client).sessions.get(session_id)
+    after = (await send(client, session_id, "Tell me a story [emu:tokens=200]"))["after_id"]
+
+    async def follow() -> bytes:
+        async with client.get(f"/ag-ui/{session_id}/events") as response:
+            assert response.status == 200
+            return await response.read()
+
+    streams = await asyncio.gather(*(follow() for _ in range(VIEWERS)))
+    answer = (await session.log.read(after))[-1].event.output
+    for raw in streams:
+        events = [json.loads(line[6:]) for line in raw.decode().split("\n") if line.startswith("data: ")]
+        assert events[-1]["type"] == "RUN_FINISHED"
+        contents = [e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT"]
+        assert "".join(contents) == answer and len(contents) < 200  # merged in windows
+    assert all(raw == streams[0] for raw in streams)

@@ -186,6 +186,26 @@ class AgUiStream(Projector):
             entry.encoded["ag-ui"] = (self.message_id, block)
         return block
 
+    def shared_batch(self, entries: list[LogEntry], shared: dict[Any, Any]) -> tuple[bytes, int]:
+        """A window of text deltas inside an open message and step reads the same for every
+        stream in it (it changes no state): one ``TEXT_MESSAGE_CONTENT`` with their text and the
+        last one's id, made once. Anything else is this stream's own."""
+        if self.message_id is None or self.step is None:
+            return self.batch(entries)
+        key = (AgUiStream, self.message_id, entries[0].id)
+        made = shared.get(key)
+        if made is None:  # False: not texts alone, each stream projects them itself
+            texts_only = all(type(entry.event) is TextDelta for entry in entries)
+            made = shared[key] = texts_only and self._merged(entries)
+        return made or self.batch(entries)  # type: ignore[no-any-return]
+
+    def _merged(self, entries: list[LogEntry]) -> tuple[bytes, int]:
+        text = "".join(entry.event.text for entry in entries)  # type: ignore[attr-defined]
+        if not text:
+            return b"", len(entries)
+        content = TextMessageContentEvent(message_id=self.message_id, delta=text)  # type: ignore[arg-type]
+        return encode(content, entries[-1].id).encode(), len(entries)
+
     def holds(self, entry: LogEntry) -> bool:
         event = entry.event
         return type(event) is StatusChange and event.status == WAITING
