@@ -190,14 +190,8 @@ class AgUiStream(Projector):
         """A window of text deltas inside an open message and step reads the same for every
         stream in it (it changes no state): one ``TEXT_MESSAGE_CONTENT`` with their text and the
         last one's id, made once. Anything else is this stream's own."""
-        if self.message_id is None or self.step is None:
-            return self.batch(entries)
-        key = (AgUiStream, self.message_id, entries[0].id)
-        made = shared.get(key)
-        if made is None:  # False: not texts alone, each stream projects them itself
-            texts_only = all(type(entry.event) is TextDelta for entry in entries)
-            made = shared[key] = texts_only and self._merged(entries)
-        return made or self.batch(entries)  # type: ignore[no-any-return]
+        block = self.message_id if self.step is not None else None
+        return self.shared_texts(entries, shared, block, self._merged)
 
     def _merged(self, entries: list[LogEntry]) -> tuple[bytes, int]:
         text = "".join(entry.event.text for entry in entries)  # type: ignore[attr-defined]

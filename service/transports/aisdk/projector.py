@@ -145,14 +145,7 @@ class UIMessageStream(Projector):
         that block (it changes no state): one ``text-delta`` part with their text (the SDK
         appends deltas, whatever their size) and the last one's id, made once. Anything else is
         this stream's own."""
-        if self.text_id is None:
-            return self.batch(entries)
-        key = (UIMessageStream, self.text_id, entries[0].id)
-        made = shared.get(key)
-        if made is None:  # False: not texts alone, each stream projects them itself
-            texts_only = all(type(entry.event) is TextDelta for entry in entries)
-            made = shared[key] = texts_only and self._merged(entries)
-        return made or self.batch(entries)  # type: ignore[no-any-return]
+        return self.shared_texts(entries, shared, self.text_id, self._merged)
 
     def _merged(self, entries: list[LogEntry]) -> tuple[bytes, int]:
         text = "".join(entry.event.text for entry in entries)  # type: ignore[attr-defined]

@@ -27,6 +27,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp_sse import sse_response
 
+from service.core.events import TextDelta
 from service.core.log import EventLog, LogEntry
 from service.errors import EventsPurged, StoreUnavailable
 from service.metrics import Tally
@@ -67,6 +68,24 @@ class Projector:
         :data:`~service.core.direct.DeliverMany`): a projector whose blocks depend on the entries
         alone keeps them in ``shared`` for the other streams of its dialect."""
         return self.batch(entries)
+
+    def shared_texts(
+        self,
+        entries: list[LogEntry],
+        shared: dict[Any, Any],
+        block: str | None,
+        merged: Callable[[list[LogEntry]], tuple[bytes, int]],
+    ) -> tuple[bytes, int]:
+        """:meth:`shared_batch` for a dialect whose text deltas inside an open ``block`` (its id;
+        None: none is open) change no state: a window of them reads the same for every stream in
+        that block, so ``merged`` makes its blocks once. Anything else is each stream's own."""
+        if block is None:
+            return self.batch(entries)
+        key = (type(self), block, entries[0].id)
+        made = shared.get(key)
+        if made is None:  # False: not texts alone, each stream projects them itself
+            made = shared[key] = all(type(entry.event) is TextDelta for entry in entries) and merged(entries)
+        return made or self.batch(entries)  # type: ignore[no-any-return]
 
     def holds(self, entry: LogEntry) -> bool:
         """True for an entry after which :meth:`stops` may end the stream: it is never written
