@@ -179,6 +179,7 @@ class DirectSet:
                 held.append(entry)
                 return
             self.flush()  # not contiguous (a shared log's reader skipped purged ids): start over
+            held = self._held
         window = self.coalescing.window(len(self))
         if window:
             held.append(entry)

@@ -198,3 +198,21 @@ async def test_groups_take_turns_and_each_viewer_gets_every_entry_once(
     assert log.windows == 6 and log._direct._held == []
     for viewer in viewers:
         await viewer.stop()
+
+
+async def test_an_entry_after_a_gap_is_held_for_the_next_window() -> None:
+    # A shared log's reader may skip ids the log purged: what was held goes at once, and the
+    # entry after the gap starts the next window (the viewers at the old cursor read a batch).
+    coalesced = direct.DirectSet(ALWAYS)
+    taken: list[int] = []
+    coalesced.add(direct.Direct(lambda entry: taken.append(entry.id) is None, None))
+    log = MemoryEventLog()
+    first = await log.append(text(1))
+    coalesced.offer(first)
+    gap = await log.append(text(2))
+    after_gap = await log.append(text(3))
+    del gap
+    coalesced.offer(after_gap)
+    assert taken == [1]  # the window before the gap went at once
+    assert coalesced._held == [after_gap] and coalesced._timer is not None
+    coalesced.wake_all()
