@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-import json
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -17,6 +16,7 @@ from urllib.parse import urlsplit
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Tracer
 
+from service import jsonsafe
 from service.agent.calls import error_type
 from service.agent.query import Turn
 from service.agent.tools import ToolOutcome
@@ -49,9 +49,9 @@ def start_chat(tracer: Tracer, provider: ModelProvider, request: ModelRequest) -
         if request.temperature is not None:
             attributes["gen_ai.request.temperature"] = request.temperature
         if capture_content():
-            attributes["gen_ai.input.messages"] = _json([_message(m) for m in request.messages])
+            attributes["gen_ai.input.messages"] = jsonsafe.dumps([_message(m) for m in request.messages])
             if request.system:
-                attributes["gen_ai.system_instructions"] = _json(
+                attributes["gen_ai.system_instructions"] = jsonsafe.dumps(
                     [{"type": "text", "content": request.system}]
                 )
         address, port = _server(provider)
@@ -118,7 +118,7 @@ def start_tool(tracer: Tracer, tool: str, tool_use_id: str, input: Any) -> Span:
             "gen_ai.tool.type": "function",
         }
         if capture_content():
-            attributes["gen_ai.tool.call.arguments"] = _json(input)
+            attributes["gen_ai.tool.call.arguments"] = jsonsafe.dumps(input)
         span.set_attributes(attributes)
     return span
 
@@ -154,10 +154,6 @@ def abandon(span: Span) -> None:
 # Message content as the GenAI conventions shape it (``gen_ai.input.messages`` and
 # ``gen_ai.output.messages``: a role and its parts), from Bedrock's message format, which the
 # agent loop speaks on both wires.
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def _part(block: Any) -> dict[str, Any]:
@@ -199,4 +195,4 @@ def _message(message: Any) -> dict[str, Any]:
 
 
 def output_messages(message: dict[str, Any], finish_reason: str) -> str:
-    return _json([{**_message(message), "finish_reason": finish_reason}])
+    return jsonsafe.dumps([{**_message(message), "finish_reason": finish_reason}])

@@ -12,13 +12,13 @@ span with status ERROR and their ``error.type``; a denial is an outcome, not an 
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from opentelemetry.trace import Span, SpanKind, Tracer
 
+from service import jsonsafe
 from service.core.events import ClientToolResult, ToolApprovalResponse, ToolUse
 from service.core.sessions import BY_TIMEOUT, Answer, Request
 from service.core.traces import CANCELLED, capture_content, fail
@@ -92,4 +92,4 @@ def _outcome(span: Span, answer: Answer | None) -> None:
 
 
 def _json(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return value if isinstance(value, str) else jsonsafe.dumps(value)
