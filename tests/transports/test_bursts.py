@@ -142,3 +142,34 @@ async def test_a_burst_is_its_own_tasks_alone(aiohttp_server: Any) -> None:
 
     chunks = await chunks_of(await burst_server(aiohttp_server, write), "GET", "/s")
     assert chunks == [b"data: a\n\ndata: b\n\n"]
+
+
+async def test_a_write_now_after_the_end_writes_nothing(aiohttp_server: Any) -> None:
+    # The connection may carry the client's next request after the stream's end: a write handed
+    # straight to the transport then would land in that response.
+    async def write(request: web.Request, response: BurstResponse) -> None:
+        assert write_now(request, response, b"data: a\n\n")
+        await response.write_eof()
+        assert not write_now(request, response, b"data: b\n\n")
+
+    chunks = await chunks_of(await burst_server(aiohttp_server, write), "GET", "/s")
+    assert chunks == [b"data: a\n\n"]
+
+
+async def test_an_http_1_0_client_gets_the_events_unchunked(aiohttp_server: Any) -> None:
+    # HTTP/1.0 has no chunked bodies: the stream is the bare events until the server closes it.
+    async def write(request: web.Request, response: BurstResponse) -> None:
+        Burst()
+        assert write_now(request, response, b"data: a\n\n")  # held, then written at the end
+        assert write_now(request, response, b"data: b\n\n")
+        current_burst().end()  # type: ignore[union-attr]
+        assert write_now(request, response, b"data: c\n\n")
+
+    server = await burst_server(aiohttp_server, write)
+    reader, writer = await asyncio.open_connection(server.host, server.port)
+    writer.write(f"GET /s HTTP/1.0\r\nHost: {server.host}:{server.port}\r\n\r\n".encode())
+    response = await reader.read()  # to the close
+    writer.close()
+    head, _, body = response.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.0 200") and b"chunked" not in head.lower(), head
+    assert body == b"data: a\n\ndata: b\n\ndata: c\n\n"
