@@ -42,7 +42,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-TEXT = rb'"((?:[^"\\]|\\.)*)"'
+# A JSON string's text, its loop unrolled: the regex engine takes the runs between escapes whole
+# (an alternation per character cost a reader 6 µs a read on a 300-byte text).
+TEXT = rb'"([^"\\]*(?:\\.[^"\\]*)*)"'
 DIALECTS: dict[str, dict[str, Any]] = {
     "sse": {
         "text": rb'"type":"assistant_text","text":' + TEXT,
