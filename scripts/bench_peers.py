@@ -36,7 +36,7 @@ Scenarios (``--only NAME``):
    (``--dialect``); latency = when a subscriber's read returned a token minus when the model
    produced it (the emulator's own record, ``--record-token-times``), for every token at every
    subscriber, merged deltas counted by their text. The subscribers are read by
-   ``--client-procs`` processes (default one per 2,500) pinned to the client's CPU, each one's
+   ``--client-procs`` processes (default one per 10,000) pinned to the client's CPU, each one's
    CPU printed; ``--workers N`` runs the service as N workers on a private Redis. The peers (SSE
    only, one process; ``--no-peers`` leaves them out) broadcast the same texts every 20 ms and
    say when they produced each. See ``peers/live.py`` and ``peers/viewers.py``.
@@ -121,7 +121,7 @@ def main() -> None:
         "--dialect", choices=["sse", "ws", "aisdk"], default="sse", help="live: how the subscribers follow"
     )
     live.add_argument(
-        "--client-procs", type=int, default=0, metavar="K", help="live: client processes (0: one per 2,500)"
+        "--client-procs", type=int, default=0, metavar="K", help="live: client processes (0: one per 10,000)"
     )
     live.add_argument(
         "--workers",

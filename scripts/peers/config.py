@@ -61,7 +61,7 @@ class Config:
     live_tokens: int = 500
     live_tps: float = 50.0
     live_dialect: str = "sse"  # sse, ws or aisdk (the service's subscribers; the peers are SSE)
-    client_procs: int = 0  # the live clients' processes; 0: one per 2,500 subscribers
+    client_procs: int = 0  # the live clients' processes; 0: one per 10,000 subscribers
     workers: int = 0  # live: the service as this many workers on a private Redis
     redis_url: str = ""
     peers: bool = True
