@@ -121,6 +121,13 @@ def main() -> None:
         "--dialect", choices=["sse", "ws", "aisdk"], default="sse", help="live: how the subscribers follow"
     )
     live.add_argument(
+        "--client-pause-ms",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="live: each client process pauses this long before every epoll_wait (0: none)",
+    )
+    live.add_argument(
         "--client-procs", type=int, default=0, metavar="K", help="live: client processes (0: one per 10,000)"
     )
     live.add_argument(
@@ -149,6 +156,7 @@ def main() -> None:
     if args.subscribers:
         cfg.live_sizes = tuple(int(n.replace("_", "")) for n in args.subscribers.split(","))
     cfg.live_dialect, cfg.client_procs, cfg.workers = args.dialect, args.client_procs, args.workers
+    cfg.client_pause_ms = args.client_pause_ms
     cfg.peers = not args.no_peers
     if cfg.workers:
         cfg.notes.append(

@@ -62,6 +62,7 @@ class Config:
     live_tps: float = 50.0
     live_dialect: str = "sse"  # sse, ws or aisdk (the service's subscribers; the peers are SSE)
     client_procs: int = 0  # the live clients' processes; 0: one per 10,000 subscribers
+    client_pause_ms: float = 0.0  # each client's pause before every epoll_wait (peers.viewers.Loop)
     workers: int = 0  # live: the service as this many workers on a private Redis
     redis_url: str = ""
     peers: bool = True

@@ -164,6 +164,7 @@ async def measure(
         "session_id": session_id,
         "cpu": CLIENT_CPU if can_pin() else None,
         "timeout": timeout,
+        "pause_s": cfg.client_pause_ms / 1000,
     }
     # Fewer processes read more sockets per epoll_wait and switch less: at 20,000 subscribers two
     # processes took 56% of the client core where eight took 70% (docs/benchmarks.md).
@@ -375,6 +376,7 @@ async def scenario_live(cfg: Config) -> dict[str, Any]:
         "dialect": cfg.live_dialect,
         "workers": cfg.workers,
         "client_procs": cfg.client_procs or "1 per 10,000 subscribers",
+        "client_pause_ms": cfg.client_pause_ms,
         "rounds": cfg.rounds,
         "sizes": {},
         "not_installed": [],
