@@ -173,3 +173,27 @@ async def test_an_http_1_0_client_gets_the_events_unchunked(aiohttp_server: Any)
     head, _, body = response.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.0 200") and b"chunked" not in head.lower(), head
     assert body == b"data: a\n\ndata: b\n\ndata: c\n\n"
+
+
+async def test_a_window_s_shared_write_keeps_the_order_of_what_is_held(aiohttp_server: Any) -> None:
+    # write_shared writes a window's bytes framed once for every stream; with bytes held by a
+    # burst it declines, and write_now sends the held bytes first.
+    shared: dict[Any, Any] = {}
+
+    async def write(request: web.Request, response: BurstResponse) -> None:
+        transport = request.transport
+        assert transport is not None
+        burst = Burst()
+        assert write_now(request, response, b"data: a\n\n")
+        assert not response.write_shared(transport, b"data: b\n\n", shared)
+        assert write_now(request, response, b"data: b\n\n")
+        burst.end()
+        window = b"data: c\n\n"
+        assert response.write_shared(transport, window, shared)
+        assert response.write_shared(transport, window, shared)
+        assert list(shared.values()) == [b"9\r\ndata: c\n\n\r\n"]  # framed once
+        await response.write_eof()
+        assert not response.write_shared(transport, window, shared)
+
+    chunks = await chunks_of(await burst_server(aiohttp_server, write), "GET", "/s")
+    assert chunks == [b"data: a\n\ndata: b\n\n", b"data: c\n\n", b"data: c\n\n"]

@@ -199,6 +199,7 @@ class _Writer:
         "response",
         "retry",
         "settings",
+        "transport",
     )
 
     def __init__(
@@ -211,6 +212,8 @@ class _Writer:
     ) -> None:
         self.request = request
         self.response = response
+        # The connection's transport does not change (a closed one says so in is_closing).
+        self.transport = request.transport
         self.settings = context.settings
         self.projector = projector
         self.delivered = delivered
@@ -250,6 +253,10 @@ class _Writer:
             return False
         data, shown = self.projector.shared_batch(entries, shared)
         if not data:
+            return True
+        transport = self.transport
+        if transport is not None and self.response.write_shared(transport, data, shared):
+            self.delivered.inc(shown)
             return True
         if not write_now(self.request, self.response, data):
             self.refused = (entries[0].id, len(entries), data, shown)
