@@ -11,8 +11,10 @@ import re
 from typing import Any
 
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient
 
+from service.transports.ws.direct import wire_bytes
 from tests.conftest import ClientFactory, services_of
 from tests.support.sessions import new_session
 from tests.transports.test_sessions import send
@@ -170,3 +172,22 @@ async def test_ag_ui_viewers_in_a_window_get_the_same_events_and_the_whole_answe
         contents = [e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT"]
         assert "".join(contents) == answer and len(contents) < 200  # merged in windows
     assert all(raw == streams[0] for raw in streams)
+
+
+async def test_a_window_s_websocket_bytes_are_frames_a_client_reads(aiohttp_client: Any) -> None:
+    # Every length form of RFC 6455's header: 7 bits, 16 bits, 64 bits.
+    frames = ['{"n":1}', json.dumps({"text": "é" * 150}), json.dumps({"text": "x" * 70_000})]
+
+    async def handler(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(compress=False)
+        await ws.prepare(request)
+        assert request.transport is not None
+        request.transport.write(wire_bytes(frames, {}))
+        await ws.receive()  # the client's close
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/ws", handler)
+    client = await aiohttp_client(app)
+    async with client.ws_connect("/ws") as ws:
+        assert [await ws.receive_str() for _ in frames] == frames

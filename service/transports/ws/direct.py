@@ -10,11 +10,13 @@ else (a backlog, an acknowledgement waiting, a closing socket) declines, and the
 through the pump and the outbox as before, in order.
 
 A window's text deltas go as one merged frame (with the last one's id), as a lagging reader's
-batch already does, made once for every socket following the session.
+batch already does, made once for every socket following the session, and so are its frames'
+bytes on the wire: each socket is handed the same bytes in one write.
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -39,13 +41,17 @@ class SocketWrites:
         self._outbox_size = outbox_size  # the outbox's qsize: frames queued go first
         self.sending = False  # the writer task is sending what it took from the outbox
 
-    def now(self, frames: list[Frame]) -> bool:
-        """Send ``frames`` without waiting if nothing is ahead of them and the socket can take
-        them; False (nothing sent) otherwise."""
+    def _can_take(self, size: int) -> bool:
+        """Nothing is ahead of ``size`` more bytes and the socket can take them at once."""
         transport = self.transport
         if self.sending or self._outbox_size() or transport is None or transport.is_closing():
             return False
-        if self.ws.closed or transport.get_write_buffer_size() + sum(map(len, frames)) >= UNTIMED_WRITE_BYTES:
+        return not self.ws.closed and transport.get_write_buffer_size() + size < UNTIMED_WRITE_BYTES
+
+    def now(self, frames: list[Frame]) -> bool:
+        """Send ``frames`` without waiting if nothing is ahead of them and the socket can take
+        them; False (nothing sent) otherwise."""
+        if not self._can_take(sum(map(len, frames))):
             return False
         for frame in frames:
             sending = self.ws.send_str(frame)
@@ -77,8 +83,10 @@ class SocketWrites:
 
         def deliver_many(entries: list[LogEntry], shared: dict[Any, Any]) -> bool:
             frames = window_frames(session_id, entries, shared)
-            if not self.now(frames):
+            wire = wire_bytes(frames, shared)
+            if not self._can_take(len(wire)):
                 return False
+            self.transport.write(wire)  # aiohttp's writer counts bytes only to know when to drain
             written(len(frames), entries[-1].id)
             return True
 
@@ -93,3 +101,26 @@ def window_frames(session_id: str, entries: list[LogEntry], shared: dict[Any, An
     if frames is None:
         frames = shared[key] = [ws_frame(session_id, data) for _, _, data in merge_text_runs(entries)]
     return frames  # type: ignore[no-any-return]
+
+
+def wire_bytes(frames: list[Frame], shared: dict[Any, Any]) -> bytes:
+    """``frames`` as a server writes them uncompressed (RFC 6455 5.2: final text frames,
+    unmasked), made once per window for every socket given the same frames. The service's
+    sockets never negotiate compression, and where one had, an uncompressed message would still
+    be valid on it (RFC 7692 6: RSV1 clear)."""
+    key = ("ws-wire", id(frames))  # the list lives in shared (window_frames) while the key does
+    wire = shared.get(key)
+    if wire is None:
+        parts = []
+        for frame in frames:
+            payload = frame.encode()
+            size = len(payload)
+            if size < 126:
+                parts.append(bytes((0x81, size)))
+            elif size < 65536:
+                parts.append(struct.pack("!BBH", 0x81, 126, size))
+            else:
+                parts.append(struct.pack("!BBQ", 0x81, 127, size))
+            parts.append(payload)
+        wire = shared[key] = b"".join(parts)
+    return wire  # type: ignore[no-any-return]
