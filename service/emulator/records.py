@@ -110,7 +110,7 @@ class RecordStore:
     def snapshot(self) -> list[RequestRecord]:
         """Copies of all kept records, oldest first."""
         with self._condition:
-            return [dataclasses.replace(r, token_times=list(r.token_times)) for r in self._records]
+            return [_copy(record) for record in self._records]
 
     def wait_for(self, predicate: Callable[[RequestRecord], bool], timeout: float = 5.0) -> RequestRecord:
         """Block until some record satisfies ``predicate``; return a copy of the newest such."""
@@ -125,4 +125,9 @@ class RecordStore:
             found = self._condition.wait_for(find, timeout)
             if found is None:
                 raise TimeoutError(f"no emulator record matched within {timeout}s")
-            return dataclasses.replace(found, token_times=list(found.token_times))
+            return _copy(found)
+
+
+def _copy(record: RequestRecord) -> RequestRecord:
+    """A copy of ``record`` that the store's later changes leave alone."""
+    return dataclasses.replace(record, token_times=list(record.token_times))

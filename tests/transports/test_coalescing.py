@@ -125,21 +125,26 @@ async def test_websocket_viewers_in_a_window_get_every_event_once_and_in_order(
     assert session.log.windows > windows
 
 
-async def test_ai_sdk_viewers_in_a_window_get_the_same_parts_and_the_whole_answer(
-    windowed: TestClient,
-) -> None:
-    client = windowed
+async def window_viewers(client: TestClient, path: str) -> tuple[list[bytes], str]:
+    """A story asked in a new session and read whole by every viewer at ``path`` (``{id}``: the
+    session's): what each read, and the answer."""
     session_id = await new_session(client)
     session = await services_of(client).sessions.get(session_id)
     after = (await send(client, session_id, "Tell me a story [emu:tokens=200]"))["after_id"]
 
-    async def resume() -> bytes:
-        async with client.get(f"/api/chat/{session_id}/stream") as response:
+    async def read() -> bytes:
+        async with client.get(path.format(id=session_id)) as response:
             assert response.status == 200
             return await response.read()
 
-    streams = await asyncio.gather(*(resume() for _ in range(VIEWERS)))
-    answer = (await session.log.read(after))[-1].event.output
+    streams = await asyncio.gather(*(read() for _ in range(VIEWERS)))
+    return list(streams), (await session.log.read(after))[-1].event.output
+
+
+async def test_ai_sdk_viewers_in_a_window_get_the_same_parts_and_the_whole_answer(
+    windowed: TestClient,
+) -> None:
+    streams, answer = await window_viewers(windowed, "/api/chat/{id}/stream")
     for raw in streams:
         parts = [
             json.loads(line[6:])
@@ -154,18 +159,7 @@ async def test_ai_sdk_viewers_in_a_window_get_the_same_parts_and_the_whole_answe
 async def test_ag_ui_viewers_in_a_window_get_the_same_events_and_the_whole_answer(
     windowed: TestClient,
 ) -> None:
-    client = windowed
-    session_id = await new_session(client)
-    session = await services_of(client).sessions.get(session_id)
-    after = (await send(client, session_id, "Tell me a story [emu:tokens=200]"))["after_id"]
-
-    async def follow() -> bytes:
-        async with client.get(f"/ag-ui/{session_id}/events") as response:
-            assert response.status == 200
-            return await response.read()
-
-    streams = await asyncio.gather(*(follow() for _ in range(VIEWERS)))
-    answer = (await session.log.read(after))[-1].event.output
+    streams, answer = await window_viewers(windowed, "/ag-ui/{id}/events")
     for raw in streams:
         events = [json.loads(line[6:]) for line in raw.decode().split("\n") if line.startswith("data: ")]
         assert events[-1]["type"] == "RUN_FINISHED"
@@ -182,7 +176,7 @@ async def test_a_window_s_websocket_bytes_are_frames_a_client_reads(aiohttp_clie
         ws = web.WebSocketResponse(compress=False)
         await ws.prepare(request)
         assert request.transport is not None
-        request.transport.write(wire_bytes(frames, {}))
+        request.transport.write(wire_bytes(frames))
         await ws.receive()  # the client's close
         return ws
 

@@ -150,7 +150,7 @@ class BurstResponse(EventSourceResponse):
         if self._held:
             data = self._take_held() + data
         if data:
-            transport.write(b"%x\r\n%s\r\n" % (len(data), data))
+            transport.write(_chunk(data))
         return True
 
     def write_shared(self, transport: asyncio.Transport, data: bytes, shared: dict[Any, Any]) -> bool:
@@ -163,17 +163,12 @@ class BurstResponse(EventSourceResponse):
         whole write: framing the chunk and the calls of :func:`write_now` for each were a fifth
         of the service's CPU at 10,000 viewers (docs/benchmarks.md, section Ten thousand viewers).
         """
-        if (
-            not self._chunks_direct
-            or self._held
-            or transport.is_closing()
-            or transport.get_write_buffer_size() + len(data) >= UNTIMED_WRITE_BYTES
-        ):
+        if not self._chunks_direct or self._held or not takes_at_once(transport, len(data)):
             return False
-        key = (_CHUNK, data)  # the same object for every stream: hashed once
+        key = (_chunk, data)  # the same object for every stream: hashed once
         chunk = shared.get(key)
         if chunk is None:
-            chunk = shared[key] = b"%x\r\n%s\r\n" % (len(data), data)
+            chunk = shared[key] = _chunk(data)
         transport.write(chunk)
         return True
 
@@ -185,7 +180,17 @@ class BurstResponse(EventSourceResponse):
 
 
 UNTIMED_WRITE_BYTES = 32 * 1024
-_CHUNK = object()  # the key of a window's framed chunk in its shared dict
+
+
+def takes_at_once(transport: asyncio.WriteTransport, size: int) -> bool:
+    """True when ``transport`` is open and ``size`` more bytes keep its buffer under
+    :data:`UNTIMED_WRITE_BYTES`: a write of them is handed over without waiting."""
+    return not transport.is_closing() and transport.get_write_buffer_size() + size < UNTIMED_WRITE_BYTES
+
+
+def _chunk(data: bytes) -> bytes:
+    """``data`` as one chunk of a chunked HTTP/1.1 body."""
+    return b"%x\r\n%s\r\n" % (len(data), data)
 
 
 def _cannot_wait(request: web.Request, size: int) -> bool:

@@ -25,7 +25,7 @@ from aiohttp import web
 from service.core.direct import Deliver, DeliverMany
 from service.core.entry import LogEntry
 from service.transports.stream.session import merge_text_runs, ws_frame
-from service.transports.stream.writes import UNTIMED_WRITE_BYTES
+from service.transports.stream.writes import takes_at_once
 
 Frame = str
 
@@ -44,9 +44,9 @@ class SocketWrites:
     def _can_take(self, size: int) -> bool:
         """Nothing is ahead of ``size`` more bytes and the socket can take them at once."""
         transport = self.transport
-        if self.sending or self._outbox_size() or transport is None or transport.is_closing():
+        if self.sending or self._outbox_size() or transport is None or self.ws.closed:
             return False
-        return not self.ws.closed and transport.get_write_buffer_size() + size < UNTIMED_WRITE_BYTES
+        return takes_at_once(transport, size)
 
     def now(self, frames: list[Frame]) -> bool:
         """Send ``frames`` without waiting if nothing is ahead of them and the socket can take
@@ -82,45 +82,40 @@ class SocketWrites:
             return True
 
         def deliver_many(entries: list[LogEntry], shared: dict[Any, Any]) -> bool:
-            frames = window_frames(session_id, entries, shared)
-            wire = wire_bytes(frames, shared)
+            count, wire = window_wire(session_id, entries, shared)
             if not self._can_take(len(wire)):
                 return False
             self.transport.write(wire)  # aiohttp's writer counts bytes only to know when to drain
-            written(len(frames), entries[-1].id)
+            written(count, entries[-1].id)
             return True
 
         return deliver, deliver_many
 
 
-def window_frames(session_id: str, entries: list[LogEntry], shared: dict[Any, Any]) -> list[Frame]:
-    """The frames of a window of entries for every socket following the session: its text deltas
-    merged, made once per window."""
+def window_wire(session_id: str, entries: list[LogEntry], shared: dict[Any, Any]) -> tuple[int, bytes]:
+    """The frames of a window of entries for every socket following the session, its text deltas
+    merged: how many, and their bytes on the wire, made once per window."""
     key = ("ws", session_id, entries[0].id)
-    frames = shared.get(key)
-    if frames is None:
-        frames = shared[key] = [ws_frame(session_id, data) for _, _, data in merge_text_runs(entries)]
-    return frames  # type: ignore[no-any-return]
+    made = shared.get(key)
+    if made is None:
+        frames = [ws_frame(session_id, data) for _, _, data in merge_text_runs(entries)]
+        made = shared[key] = (len(frames), wire_bytes(frames))
+    return made  # type: ignore[no-any-return]
 
 
-def wire_bytes(frames: list[Frame], shared: dict[Any, Any]) -> bytes:
+def wire_bytes(frames: list[Frame]) -> bytes:
     """``frames`` as a server writes them uncompressed (RFC 6455 5.2: final text frames,
-    unmasked), made once per window for every socket given the same frames. The service's
-    sockets never negotiate compression, and where one had, an uncompressed message would still
-    be valid on it (RFC 7692 6: RSV1 clear)."""
-    key = ("ws-wire", id(frames))  # the list lives in shared (window_frames) while the key does
-    wire = shared.get(key)
-    if wire is None:
-        parts = []
-        for frame in frames:
-            payload = frame.encode()
-            size = len(payload)
-            if size < 126:
-                parts.append(bytes((0x81, size)))
-            elif size < 65536:
-                parts.append(struct.pack("!BBH", 0x81, 126, size))
-            else:
-                parts.append(struct.pack("!BBQ", 0x81, 127, size))
-            parts.append(payload)
-        wire = shared[key] = b"".join(parts)
-    return wire  # type: ignore[no-any-return]
+    unmasked). The service's sockets never negotiate compression, and where one had, an
+    uncompressed message would still be valid on it (RFC 7692 6: RSV1 clear)."""
+    parts = []
+    for frame in frames:
+        payload = frame.encode()
+        size = len(payload)
+        if size < 126:
+            parts.append(bytes((0x81, size)))
+        elif size < 65536:
+            parts.append(struct.pack("!BBH", 0x81, 126, size))
+        else:
+            parts.append(struct.pack("!BBQ", 0x81, 127, size))
+        parts.append(payload)
+    return b"".join(parts)
